@@ -1,0 +1,38 @@
+# The two commands in the README are the contract:
+#   make train   set up .venv and train the default agent (CartPole-v1, MLP); pass flags with ARGS="..."
+#   make test    set up .venv with dev dependencies and run the whole suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup train test bench-throughput learn-pong clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned first so that nothing pulls a multi-GB CUDA build here; the package itself asks only
+# for torch>=2.4, so users elsewhere can bring their own CUDA build.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[envpool,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/pronghorn train $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench-throughput: $(STAMP)
+	$(BIN)/python benchmarks/throughput.py
+
+learn-pong: $(STAMP)
+	benchmarks/learn_pong.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,136 @@
+"""How close does pronghorn run to this machine's component limit?
+
+For each setting, in one run, with the same envs and worker count as the end-to-end run:
+  1. environment stepping with random actions      -> core-seconds per frame
+  2. batched policy inference (+ sampling), batch E -> core-seconds per frame
+  3. the learner's update on a [T+1, B] batch       -> core-seconds per frame
+  component limit = cores / (sum of the three)       (frames/s if every core did only useful work)
+then pronghorn end to end (actors + staging + learner) and the ratio of its training frames/s to that limit.
+Each component is timed on one thread, as the actors and (on 2 cores) the learner run.
+
+  .venv/bin/python benchmarks/throughput.py [--only cartpole|pong-envpool|pong-gymnasium] [--seconds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from pronghorn import Config, train  # noqa: E402
+from pronghorn.envs import make_batched, probe  # noqa: E402
+from pronghorn.learner import Learner  # noqa: E402
+from pronghorn.models import Agent  # noqa: E402
+from pronghorn.records import Unroll, unroll_spec  # noqa: E402
+from pronghorn.runtime.tuning import tune_malloc  # noqa: E402
+
+SETTINGS = {
+    "cartpole": dict(env="CartPole-v1"),
+    "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
+    "pong-gymnasium": dict(env="ALE/Pong-v5", env_backend="gymnasium", model="shallow"),
+}
+
+
+def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -> float:
+    """Process CPU seconds per unit (all threads of this process count), measured for >= min_seconds."""
+    for _ in range(warmup):
+        fn()
+    calls, start_cpu, start = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - start < min_seconds:
+        fn()
+        calls += 1
+    return (time.process_time() - start_cpu) / (calls * units_per_call)
+
+
+def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
+    spec = probe(cfg.env, cfg)
+    E, T, B, fps = cfg.envs_per_actor, cfg.unroll_length, cfg.batch_size, spec.frames_per_step
+    env = make_batched(cfg.env, list(range(E)), cfg)
+    env.reset()
+    rng = np.random.default_rng(0)
+    env_cost = cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds)
+    obs = torch.from_numpy(env.step(np.zeros(E, np.int64)).obs.copy())
+    env.close()
+
+    agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size)
+    state = agent.initial_state(E)
+    zeros_a, zeros_r, zeros_d = torch.zeros(1, E, dtype=torch.long), torch.zeros(1, E), torch.zeros(1, E, dtype=torch.bool)
+
+    @torch.no_grad()
+    def infer():
+        agent(obs[None], zeros_a, zeros_r, zeros_d, state)
+
+    infer_cost = cpu_time_per(infer, E * fps, seconds)
+
+    layout = unroll_spec(T, B, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
+    g = torch.Generator().manual_seed(0)
+
+    def make(shape, dtype):
+        t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+        if t.dtype == torch.uint8:
+            t.random_(0, 255, generator=g)
+        elif t.is_floating_point():
+            t.normal_(generator=g)
+        return t
+
+    batch = Unroll(*(make(shape, dtype) for shape, dtype in layout))
+    batch = batch._replace(action=batch.action.random_(0, spec.num_actions, generator=g), last_action=batch.last_action.zero_(),
+                           policy_version=batch.policy_version.zero_())
+    learner = Learner(cfg, agent, fps)
+    learn_cost = cpu_time_per(lambda: learner.step(batch), T * B * fps, seconds, warmup=2)
+    return {"env": env_cost, "inference": infer_cost, "learner": learn_cost}
+
+
+def end_to_end(cfg: Config, frames: int) -> float:
+    with tempfile.TemporaryDirectory() as logdir:
+        result = train(Config(**{**cfg.__dict__, "total_frames": frames, "logdir": logdir, "progress": False, "log_interval": 2.0, "stop_at_return": 1e12}))
+        with open(os.path.join(logdir, "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+    # Steady state: skip the first rows (process start-up, first weights), then frames over time.
+    rows = rows[max(1, len(rows) // 4):]
+    if len(rows) < 2:
+        return result.frames / result.wall_time
+    return (float(rows[-1]["frames"]) - float(rows[0]["frames"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=sorted(SETTINGS), action="append")
+    parser.add_argument("--seconds", type=float, default=8.0, help="minimum seconds per component measurement")
+    parser.add_argument("--e2e-seconds", type=float, default=45.0, help="approximate length of each end-to-end run")
+    parser.add_argument("--num-actors", type=int, default=2)
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    tune_malloc()  # the learner process does the same
+    torch.set_num_threads(1)
+    print(f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes; component costs on one thread\n")
+    results = []
+    for name in args.only or list(SETTINGS):
+        cfg = Config(num_actors=args.num_actors, **SETTINGS[name])
+        cfg = cfg.for_observations(image=len(probe(cfg.env, cfg).obs_shape) == 3)
+        costs = measure_components(cfg, args.seconds)
+        per_frame = sum(costs.values())
+        limit = cores / per_frame
+        frames = int(limit * args.e2e_seconds * 0.6)
+        measured = end_to_end(cfg, frames)
+        torch.set_num_threads(1)
+        results.append((name, cfg, costs, limit, measured))
+        print(
+            f"{name:15s} E={cfg.envs_per_actor} T={cfg.unroll_length} B={cfg.batch_size} | core-us/frame: "
+            + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())
+            + f" | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}",
+            flush=True,
+        )
+    print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The actor: steps E environments with a recent copy of the policy and writes unrolls into slots.
+
+It knows nothing of processes or shared memory: it gets slot indices from a `SlotSource`, hands filled
+ones to a `SlotSink`, and refreshes its weights from a `WeightSource`. `runtime/` wires these to
+queues and shared memory (or anything else).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional, Protocol
+
+import numpy as np
+import torch
+
+from pronghorn.config import Config
+from pronghorn.envs import EnvSpec, make_batched
+from pronghorn.losses import clip_rewards
+from pronghorn.models import Agent
+from pronghorn.records import Unroll
+
+log = logging.getLogger("pronghorn.actor")
+
+
+class SlotSource(Protocol):
+    def get(self) -> Optional[int]:
+        """A free slot index, or None when training is stopping."""
+
+
+class SlotSink(Protocol):
+    def put(self, index: int) -> None: ...
+
+
+class WeightSource(Protocol):
+    @property
+    def version(self) -> int: ...
+
+    def load_into(self, model: torch.nn.Module, timeout: float) -> int: ...
+
+
+def actor_seeds(cfg: Config, index: int) -> list[int]:
+    """Env j of actor i is seeded seed + i*E + j (actor i's own seed is seed + i)."""
+    return [cfg.seed + index * cfg.envs_per_actor + j for j in range(cfg.envs_per_actor)]
+
+
+def actor_level(cfg: Config, index: int) -> int:
+    """Actor i plays levels[i % len(levels)]; returns the level's index."""
+    return index % len(cfg.levels)
+
+
+class _Step:
+    """What the actor knows at time t: the env output and the agent's answer to it."""
+
+    def __init__(self, env_out, last_action, agent_out, core_before):
+        self.env_out = env_out
+        self.last_action = last_action  # [E] int64: action that led to obs[t]
+        self.agent_out = agent_out  # AgentOutput [1, E]
+        self.core_before = core_before  # [2, E, H]: core state before obs[t] was processed
+
+
+def _write_row(buf: Unroll, t: int, step: _Step, truncation_value: torch.Tensor) -> None:
+    env = step.env_out
+    buf.obs[t].copy_(torch.from_numpy(env.obs))
+    buf.reward[t].copy_(torch.from_numpy(env.reward))
+    buf.terminated[t].copy_(torch.from_numpy(env.terminated))
+    buf.truncated[t].copy_(torch.from_numpy(env.truncated))
+    buf.truncation_value[t].copy_(truncation_value)
+    buf.episode_end[t].copy_(torch.from_numpy(env.episode_end))
+    buf.episode_return[t].copy_(torch.from_numpy(env.episode_return))
+    buf.episode_frames[t].copy_(torch.from_numpy(env.episode_frames))
+    buf.last_action[t].copy_(step.last_action)
+    buf.action[t].copy_(step.agent_out.action[0])
+    buf.policy_logits[t].copy_(step.agent_out.policy_logits[0])
+
+
+def run_actor(
+    index: int,
+    cfg: Config,
+    spec: EnvSpec,
+    slots: list[Unroll],
+    free: SlotSource,
+    full: SlotSink,
+    weights: WeightSource,
+    counters: np.ndarray,
+    should_stop: Callable[[], bool],
+) -> None:
+    """Produce unrolls until `free.get()` returns None or `should_stop()`.
+
+    counters: this actor's row of shared int64 counters (env_failures, unrolls, steps).
+    """
+    level = actor_level(cfg, index)
+    env = make_batched(cfg.levels[level], actor_seeds(cfg, index), cfg)
+    torch.manual_seed(cfg.seed + index)
+    agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size)
+    agent.eval()
+    version = weights.load_into(agent, cfg.timeout)
+    E, T = cfg.envs_per_actor, cfg.unroll_length
+
+    @torch.no_grad()
+    def act(env_out, last_action, core):
+        done = torch.from_numpy(env_out.terminated | env_out.truncated)
+        reward = clip_rewards(torch.from_numpy(env_out.reward), cfg.reward_clipping)
+        obs = torch.from_numpy(env_out.obs)
+        out, new_core = agent(obs[None], last_action[None], reward[None], done[None], core)
+        return out, new_core
+
+    @torch.no_grad()
+    def truncation_values(env_out, last_action, core) -> torch.Tensor:
+        # A time limit cut the episode at final_obs: the learner bootstraps the step from V(final_obs),
+        # computed here with the core state the agent had before the reset (it is gone after it).
+        values = torch.zeros(E)
+        idx = np.flatnonzero(env_out.truncated)
+        if idx.size:
+            sel = torch.from_numpy(idx)
+            obs = torch.from_numpy(env_out.final_obs[idx])
+            reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), cfg.reward_clipping)
+            out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel])
+            values[sel] = out.baseline[0]
+        return values
+
+    env_out = env.reset()
+    env_out.terminated[:] = True  # the first observation starts an episode (resets the core, zeroes inputs)
+    last_action = torch.zeros(E, dtype=torch.int64)
+    core = agent.initial_state(E)
+    agent_out, next_core = act(env_out, last_action, core)
+    step = _Step(env_out, last_action, agent_out, core)
+    no_truncation = torch.zeros(E)
+    row0_truncation = no_truncation
+    try:
+        while not should_stop():
+            slot = free.get()
+            if slot is None:
+                return
+            buf = slots[slot]
+            buf.core_state.copy_(step.core_before)
+            buf.policy_version.fill_(version)
+            buf.level.fill_(level)
+            # Row 0 repeats the previous unroll's last row, so every transition lies inside one unroll.
+            _write_row(buf, 0, step, row0_truncation)
+            core = next_core
+            for t in range(1, T + 1):
+                action = step.agent_out.action[0]
+                env_out = env.step(action.numpy())
+                trunc_values = truncation_values(env_out, action, core)
+                # obs[t] was reached by action[t-1]; the agent answers obs[t] from the core state after obs[t-1].
+                agent_out, next_core = act(env_out, action, core)
+                step = _Step(env_out, action, agent_out, core)
+                _write_row(buf, t, step, trunc_values)
+                core = next_core
+            row0_truncation = trunc_values
+            counters[0] = env.failures
+            counters[1] += 1
+            counters[2] += T * E
+            full.put(slot)  # the slot now belongs to the learner until staging hands it back
+            if weights.version != version:
+                version = weights.load_into(agent, cfg.timeout)
+    finally:
+        env.close()

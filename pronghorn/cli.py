@@ -1,0 +1,114 @@
+"""`pronghorn train ...`: the command line, generated from Config by tyro.
+
+Bad input exits with code 2 and one line naming the problem and the fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import re
+import sys
+from typing import Optional, Sequence
+
+USAGE = "usage: pronghorn train [--help] [FLAGS]  (see `pronghorn train --help`)"
+_BOX = re.compile(r"[\u2500-\u257f]")  # box-drawing characters tyro frames its messages with
+
+
+def fail(message: str, code: int = 2) -> "NoReturn":  # noqa: F821
+    print(f"pronghorn: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _one_line(tyro_output: str) -> str:
+    """Reduce tyro's boxed error to its first sentence of substance."""
+    lines = [_BOX.sub("", line).strip() for line in tyro_output.splitlines()]
+    lines = [line for line in lines if line.strip("-=_ ") and not line.startswith(("usage:", "For full helptext", "Argument helptext"))]
+    titles = {"Invalid choice", "Value error", "Parsing error", "Unrecognized options", "Required options", "Missing argument"}
+    body = [line for line in lines if line not in titles]
+    return " ".join(body[:2]) if body else "could not parse the command line"
+
+
+def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
+    """Config from flags; exits 2 with one line on any bad flag or value."""
+    import tyro
+
+    from pronghorn.config import Config, ConfigError
+
+    if any(a in ("-h", "--help") for a in argv):
+        return tyro.cli(Config, args=list(argv), prog=prog)  # prints help and exits 0
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            return tyro.cli(Config, args=list(argv), prog=prog)
+    except ConfigError as exc:
+        fail(str(exc))
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            raise
+        fail(f"{_one_line(captured.getvalue())} (see `{prog} --help`)")
+
+
+def cmd_train(argv: Sequence[str]) -> int:
+    from pronghorn.config import ConfigError
+    from pronghorn.runtime import WorkerError, tune_learner_process
+    from pronghorn.train import train
+
+    cfg = parse_config(argv)
+    tune_learner_process()
+    try:
+        result = train(cfg)
+    except ConfigError as exc:
+        fail(str(exc))
+    except (WorkerError, TimeoutError) as exc:
+        fail(f"training stopped: {exc}", code=1)
+    ret = "n/a" if math.isnan(result.mean_return) else f"{result.mean_return:.2f}"
+    status = "solved" if result.solved else ("interrupted" if result.interrupted else "frame budget spent")
+    print(
+        f"pronghorn: {status} after {result.frames:,} frames, {result.learner_steps:,} learner steps, "
+        f"{result.wall_time:.0f} s; mean return of last {min(100, result.episodes)} episodes: {ret}\n"
+        f"  logs:       {result.logdir}/metrics.csv, {result.logdir}/episodes.csv (TensorBoard: tensorboard --logdir {result.logdir})\n"
+        f"  checkpoint: {result.checkpoint}",
+        flush=True,
+    )
+    return 130 if result.interrupted else 0
+
+
+def cmd_plot(argv: Sequence[str]) -> int:
+    import argparse
+
+    from pronghorn.plot import plot_runs
+
+    parser = argparse.ArgumentParser(prog="pronghorn plot", description="Plot episode return against frames for runs.")
+    parser.add_argument("runs", nargs="+", help="run folders (each with an episodes.csv)")
+    parser.add_argument("-o", "--output", default="curves.png", help="PNG file to write")
+    parser.add_argument("--x", choices=("frames", "wall"), default="frames", help="x axis: environment frames or wall-clock seconds")
+    parser.add_argument("--window", type=int, default=100, help="episodes in the trailing mean")
+    parser.error = lambda message: fail(f"{message} (see `pronghorn plot --help`)")  # one line, exit 2
+    args = parser.parse_args(argv)
+    try:
+        print(plot_runs(args.runs, args.output, args.x, args.window))
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "plot": cmd_plot}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"{USAGE}\ncommands: {', '.join(COMMANDS)}")
+        return 0 if argv else 2
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        fail(f"unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)}")
+    return command(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

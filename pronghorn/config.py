@@ -1,0 +1,210 @@
+"""The one typed, frozen run configuration.
+
+Every field carries a docstring; tyro turns them into `pronghorn train --help`. Validation happens on
+construction (`__post_init__`) so a bad value fails before any process starts, with a message that says
+what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Annotated, Literal, Optional
+
+import tyro
+
+_SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}
+
+
+class ConfigError(Exception):
+    """A configuration value is invalid; the message names the field and the fix."""
+
+
+def parse_count(text: str) -> int:
+    """Parse a frame count such as `500000`, `500k`, `10M`, `1.5M` or `2e6` into an int."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgb]?)\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"cannot read {text!r} as a frame count: write digits with an optional k or M, e.g. 500k or 10M")
+    value = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
+    if value != int(value):
+        raise ConfigError(f"frame count {text!r} is not a whole number of frames")
+    return int(value)
+
+
+def _frames_flag(text: str) -> int:
+    try:
+        return parse_count(text)
+    except ConfigError as exc:
+        raise ConfigError(f"--total-frames: {exc}") from None
+
+
+FrameCount = Annotated[
+    int,
+    tyro.constructors.PrimitiveConstructorSpec(
+        nargs=1,
+        metavar="FRAMES",
+        instance_from_str=lambda args: _frames_flag(args[0]),
+        is_instance=lambda x: isinstance(x, int),
+        str_from_instance=lambda x: [str(x)],
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Train an IMPALA agent: actors step environments, a V-trace learner trains on their unrolls."""
+
+    # --- environment ---------------------------------------------------------------------------
+    env: str = "CartPole-v1"
+    """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5). Actor i plays this level."""
+    env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
+    """How environments are stepped: `gymnasium` (any id; Atari through ale-py) or `envpool` (Atari only)."""
+    sticky_actions: float = 0.25
+    """Atari: probability that the previous action is repeated at each emulator frame (0.25 as in ALE v5)."""
+    episodic_life: bool = True
+    """Atari: a lost life ends the training episode (the game goes on; statistics count the whole game)."""
+    noop_max: int = 30
+    """Atari: at most this many no-op actions at the start of each game."""
+
+    # --- agent ---------------------------------------------------------------------------------
+    model: Literal["auto", "mlp", "shallow", "deep"] = "auto"
+    """Network torso: `mlp` for vector observations, `shallow` or `deep` (IMPALA CNNs) for images; `auto` picks by observation."""
+    lstm: bool = False
+    """Add an LSTM core fed with the torso features, the previous action and the clipped reward."""
+    hidden_size: int = 64
+    """Width of the MLP layers (images use IMPALA's 256-unit layer)."""
+
+    # --- actors, buffers, batches --------------------------------------------------------------
+    num_actors: int = 2
+    """Actor processes."""
+    envs_per_actor: int = 8
+    """Environments each actor steps together as one batch."""
+    unroll_length: int = 20
+    """T: environment steps per unroll (each unroll carries T+1 observations)."""
+    batch_size: Optional[int] = None
+    """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 32 (IMPALA) for image observations, 16 for vector ones."""
+    num_buffers: Optional[int] = None
+    """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus one per actor."""
+
+    # --- learner -------------------------------------------------------------------------------
+    total_frames: FrameCount = 500_000
+    """Environment frames to train for (accepts 500k, 10M)."""
+    learning_rate: Optional[float] = None
+    """RMSProp learning rate, annealed linearly to 0 over --total-frames; default 6e-4 (IMPALA's Atari value) for image observations, 3e-3 for vector ones (the small MLP needs larger steps to learn within 500k frames)."""
+    rmsprop_alpha: float = 0.99
+    """RMSProp decay."""
+    rmsprop_eps: float = 0.01
+    """RMSProp epsilon. PyTorch adds it outside the square root (TF1, the paper's framework, inside)."""
+    rmsprop_momentum: float = 0.0
+    """RMSProp momentum."""
+    grad_norm_clip: float = 40.0
+    """Clip the global gradient norm to this value."""
+    discount: float = 0.99
+    """Discount factor gamma."""
+    baseline_cost: float = 0.5
+    """Weight of the baseline loss 0.5 * sum (vs - V)^2."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy regulariser."""
+    reward_clipping: Literal["abs_one", "soft_asymmetric", "none"] = "abs_one"
+    """Reward clipping applied in the learner (actors and statistics see raw rewards)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Learner device; `auto` takes CUDA when available. Actors always run on CPU."""
+    learner_threads: int = 0
+    """Torch threads in the learner; 0 picks the cores left over by the actors (at least 1)."""
+
+    # --- run -----------------------------------------------------------------------------------
+    seed: int = 0
+    """Seed: actor i uses seed+i, its environment j seed + i*envs_per_actor + j."""
+    logdir: Optional[str] = None
+    """Where logs, config and checkpoints go; default runs/<env>-<timestamp>."""
+    stop_at_return: Optional[float] = None
+    """Stop early once the mean return of the last 100 episodes reaches this; default: the env's reward threshold (CartPole-v1: 475), none for Atari."""
+    log_interval: float = 5.0
+    """Seconds between console lines and metrics.csv rows."""
+    checkpoint_secs: int = 600
+    """Seconds between checkpoints (one is also written at the end)."""
+    progress: bool = True
+    """Show a progress bar toward --total-frames."""
+    timeout: float = 120.0
+    """Seconds any blocking wait may last before training stops with an error naming what it waited for."""
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        need(bool(self.env.strip()), "--env is empty: give a Gymnasium id such as CartPole-v1 or ALE/Pong-v5")
+        for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_size", "total_frames", "hidden_size"):
+            value = getattr(self, name)
+            need(value is None or value >= 1, f"--{name.replace('_', '-')} is {value}: it must be at least 1")
+        if self.batch_size is not None and self.batch_size % self.envs_per_actor:
+            fit = self.envs_per_actor * max(1, round(self.batch_size / self.envs_per_actor))
+            raise ConfigError(
+                f"--batch-size {self.batch_size} is not a multiple of --envs-per-actor {self.envs_per_actor}: "
+                f"a batch is made of whole actor unrolls, so use e.g. --batch-size {fit}"
+            )
+        if self.num_buffers is not None and self.batch_size is not None:
+            need(
+                self.num_buffers >= self.batch_slots + self.num_actors,
+                f"--num-buffers {self.num_buffers} is too small: a batch of {self.batch_size} unrolls takes "
+                f"{self.batch_slots} slots and each of the {self.num_actors} actors fills one more, so the actors could never fill a batch; "
+                f"use at least {self.batch_slots + self.num_actors} or leave it unset",
+            )
+        need(self.learning_rate is None or self.learning_rate > 0, f"--learning-rate is {self.learning_rate}: it must be positive")
+        need(0 <= self.discount <= 1, f"--discount is {self.discount}: it must lie in [0, 1]")
+        need(0 < self.rmsprop_alpha < 1, f"--rmsprop-alpha is {self.rmsprop_alpha}: it must lie in (0, 1)")
+        need(self.rmsprop_eps > 0, f"--rmsprop-eps is {self.rmsprop_eps}: it must be positive")
+        need(self.rmsprop_momentum >= 0, f"--rmsprop-momentum is {self.rmsprop_momentum}: it must be 0 or more")
+        need(self.grad_norm_clip > 0, f"--grad-norm-clip is {self.grad_norm_clip}: it must be positive")
+        need(self.baseline_cost >= 0, f"--baseline-cost is {self.baseline_cost}: it must be 0 or more")
+        need(self.entropy_cost >= 0, f"--entropy-cost is {self.entropy_cost}: it must be 0 or more")
+        need(0 <= self.sticky_actions <= 1, f"--sticky-actions is {self.sticky_actions}: it is a probability in [0, 1]")
+        need(self.noop_max >= 0, f"--noop-max is {self.noop_max}: it must be 0 or more")
+        need(self.learner_threads >= 0, f"--learner-threads is {self.learner_threads}: use 0 for automatic or a positive count")
+        need(self.log_interval > 0, f"--log-interval is {self.log_interval}: it must be positive (seconds)")
+        need(self.checkpoint_secs > 0, f"--checkpoint-secs is {self.checkpoint_secs}: it must be positive (seconds)")
+        need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
+        for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
+            value = getattr(self, name)
+            need(value is None or value == value and value not in (float("inf"), float("-inf")), f"--{name.replace('_', '-')} is {value}: it must be a finite number")
+        if self.env_backend == "envpool":
+            need(self.env.startswith("ALE/"), f"--env-backend envpool serves Atari ids (ALE/<Game>-v5), not {self.env}: use --env-backend gymnasium")
+        if self.device == "cuda":
+            import torch
+
+            need(torch.cuda.is_available(), "--device cuda but PyTorch sees no CUDA device: use --device cpu or install a CUDA build of torch")
+
+    def for_observations(self, image: bool) -> "Config":
+        """This config with the observation-dependent defaults filled in (and validated again)."""
+        batch = self.batch_size if self.batch_size is not None else (32 if image else 16)
+        if self.batch_size is None and batch % self.envs_per_actor:
+            batch = self.envs_per_actor * max(1, round(batch / self.envs_per_actor))  # keep whole actor unrolls
+        lr = self.learning_rate if self.learning_rate is not None else (6e-4 if image else 3e-3)
+        return dataclasses.replace(self, batch_size=batch, learning_rate=lr)
+
+    # --- derived values --------------------------------------------------------------------------
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """Levels played; actor i plays levels[i % len(levels)]."""
+        return (self.env,)
+
+    @property
+    def batch_slots(self) -> int:
+        """Shared-memory slots (actor unrolls) per learner batch."""
+        if self.batch_size is None:
+            raise ValueError("batch_size is unresolved: call Config.for_observations first")
+        return self.batch_size // self.envs_per_actor
+
+    @property
+    def buffer_slots(self) -> int:
+        return self.num_buffers if self.num_buffers is not None else 2 * self.batch_slots + self.num_actors
+
+    def resolved_logdir(self, stamp: str) -> str:
+        if self.logdir:
+            return self.logdir
+        return os.path.join("runs", f"{self.env.replace('/', '_')}-{stamp}")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

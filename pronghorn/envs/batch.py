@@ -1,0 +1,164 @@
+"""E environments stepped as one batch, with same-step auto-reset and whole-game statistics."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from pronghorn.records import EnvOutput
+
+log = logging.getLogger("pronghorn.envs")
+
+# A recreated environment gets a fresh seed so a failure that depends on the seed is not replayed.
+_RECREATE_SEED_STRIDE = 1_000_003
+_MAX_RECREATE_TRIES = 3
+
+
+class BatchedEnv(Protocol):
+    """E environments of one level. Returned arrays are reused: valid until the next call."""
+
+    num_envs: int
+    failures: int  # environment exceptions recovered from so far
+
+    def reset(self) -> EnvOutput: ...
+
+    def step(self, actions: np.ndarray) -> EnvOutput: ...
+
+    def close(self) -> None: ...
+
+
+class EpisodeTracker:
+    """Whole-game return and length per env, and life-loss episode ends.
+
+    With episodic life, losing a life ends the *training* episode (terminated, so the learner does not
+    bootstrap across it) while the game goes on; statistics keep adding up until the game is over.
+    """
+
+    def __init__(self, num_envs: int, frames_per_step: int, episodic_life: bool):
+        self.frames_per_step = frames_per_step
+        self.episodic_life = episodic_life
+        self.returns = np.zeros(num_envs, np.float64)
+        self.frames = np.zeros(num_envs, np.int64)
+        self.lives = np.zeros(num_envs, np.int64)
+
+    def restart(self, j, lives) -> None:
+        self.returns[j] = 0.0
+        self.frames[j] = 0
+        self.lives[j] = lives
+
+    def step(self, j, reward: float, lives: int) -> bool:
+        """Account one step of env j; returns whether a life was lost (and the game goes on)."""
+        self.returns[j] += reward
+        self.frames[j] += self.frames_per_step
+        lost = self.episodic_life and lives < self.lives[j]
+        self.lives[j] = lives
+        return bool(lost)
+
+
+def empty_output(num_envs: int, obs_shape, obs_dtype) -> EnvOutput:
+    return EnvOutput(
+        obs=np.zeros((num_envs, *obs_shape), obs_dtype),
+        reward=np.zeros(num_envs, np.float32),
+        terminated=np.zeros(num_envs, np.bool_),
+        truncated=np.zeros(num_envs, np.bool_),
+        final_obs=np.zeros((num_envs, *obs_shape), obs_dtype),
+        episode_end=np.zeros(num_envs, np.bool_),
+        episode_return=np.zeros(num_envs, np.float32),
+        episode_frames=np.zeros(num_envs, np.int32),
+    )
+
+
+class GymBatch:
+    """A list of Gymnasium environments stepped in a loop (any id works).
+
+    An exception from one environment's step or reset does not stop the batch: the environment is
+    recreated, its partial episode is abandoned (ended for learning, not counted as a finished game),
+    and `failures` goes up.
+    """
+
+    def __init__(self, level: str, factory: Callable[[int], gym.Env], seeds: list[int], frames_per_step: int, episodic_life: bool):
+        self.level = level
+        self.num_envs = len(seeds)
+        self.failures = 0
+        self._factory = factory
+        self._seeds = list(seeds)
+        self._envs = [factory(seed) for seed in seeds]
+        space = self._envs[0].observation_space
+        self._out = empty_output(self.num_envs, space.shape, space.dtype)
+        self._stats = EpisodeTracker(self.num_envs, frames_per_step, episodic_life)
+
+    def _reset_one(self, j: int, seed=None) -> None:
+        obs, info = self._envs[j].reset(seed=seed)
+        self._out.obs[j] = obs
+        self._stats.restart(j, info.get("lives", 0))
+
+    def _recover(self, j: int, exc: BaseException) -> None:
+        self.failures += 1
+        log.warning("env %d of level %s raised %r; recreating it (env failures so far: %d)", j, self.level, exc, self.failures)
+        for attempt in range(_MAX_RECREATE_TRIES):
+            try:
+                self._envs[j].close()
+            except Exception:
+                pass  # the broken env may not close cleanly; a new one replaces it either way
+            try:
+                self._envs[j] = self._factory(self._seeds[j])
+                self._reset_one(j, seed=self._seeds[j] + _RECREATE_SEED_STRIDE * self.failures + attempt)
+                return
+            except Exception as again:  # noqa: BLE001 - any env error is retried a few times
+                exc = again
+        raise RuntimeError(f"env {j} of level {self.level} could not be recreated after {_MAX_RECREATE_TRIES} tries: {exc!r}")
+
+    def reset(self) -> EnvOutput:
+        out = self._out
+        for j in range(self.num_envs):
+            try:
+                self._reset_one(j, seed=self._seeds[j])
+            except Exception as exc:  # noqa: BLE001
+                self._recover(j, exc)
+        for field in (out.reward, out.terminated, out.truncated, out.episode_end):
+            field[:] = 0
+        return out
+
+    def step(self, actions: np.ndarray) -> EnvOutput:
+        out, stats = self._out, self._stats
+        out.terminated[:] = False
+        out.truncated[:] = False
+        out.episode_end[:] = False
+        for j, env in enumerate(self._envs):
+            try:
+                obs, reward, terminated, truncated, info = env.step(int(actions[j]))
+            except Exception as exc:  # noqa: BLE001 - an env failure must not end the run
+                self._recover(j, exc)
+                out.reward[j] = 0.0
+                out.terminated[j] = True  # abandoned: no bootstrap across it, no episode counted
+                continue
+            out.reward[j] = reward
+            life_lost = stats.step(j, float(reward), info.get("lives", 0))
+            if terminated or truncated:
+                out.episode_end[j] = True
+                out.episode_return[j] = stats.returns[j]
+                out.episode_frames[j] = stats.frames[j]
+                if terminated:
+                    out.terminated[j] = True
+                else:
+                    # Keep the last observation: the learner bootstraps a time limit from its value.
+                    out.truncated[j] = True
+                    out.final_obs[j] = obs
+                try:
+                    self._reset_one(j)
+                except Exception as exc:  # noqa: BLE001
+                    self._recover(j, exc)
+            else:
+                out.terminated[j] = life_lost
+                out.obs[j] = obs
+        return out
+
+    def close(self) -> None:
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing is best effort at shutdown
+                pass

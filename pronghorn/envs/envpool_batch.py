@@ -1,0 +1,104 @@
+"""Atari through envpool (C++ threads), with the same preprocessing and semantics as the ale-py path."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from pronghorn.config import Config
+from pronghorn.envs.batch import EpisodeTracker, empty_output
+from pronghorn.records import EnvOutput
+
+log = logging.getLogger("pronghorn.envs")
+
+# ALE v5 caps a game at 108,000 emulator frames, i.e. 27,000 agent steps with action repeat 4.
+_MAX_EPISODE_STEPS = 27_000
+
+
+class EnvpoolBatch:
+    """E Atari games in one envpool pool. Seeds: envpool gives env j `seed + j`, matching GymBatch."""
+
+    def __init__(self, level: str, seeds: list[int], cfg: Config):
+        self.level = level
+        self.num_envs = len(seeds)
+        self.failures = 0
+        self._seed = seeds[0]
+        self._cfg = cfg
+        self._pool = self._make(self._seed)
+        self._out = empty_output(self.num_envs, (4, 84, 84), np.uint8)
+        self._stats = EpisodeTracker(self.num_envs, 4, cfg.episodic_life)
+
+    def _make(self, seed: int):
+        import envpool
+
+        game = self.level.split("/", 1)[1]  # "ALE/Pong-v5" -> "Pong-v5"
+        return envpool.make(
+            game,
+            env_type="gymnasium",
+            num_envs=self.num_envs,
+            batch_size=self.num_envs,
+            seed=seed,
+            num_threads=1,
+            frame_skip=4,
+            stack_num=4,
+            img_height=84,
+            img_width=84,
+            gray_scale=True,
+            noop_max=self._cfg.noop_max,
+            repeat_action_probability=self._cfg.sticky_actions,
+            # Life loss is handled by EpisodeTracker from info["lives"], exactly as for ale-py.
+            episodic_life=False,
+            reward_clip=False,  # the learner clips; statistics need raw scores
+            use_fire_reset=False,  # ale-py's AtariPreprocessing does not press FIRE either
+            max_episode_steps=_MAX_EPISODE_STEPS,
+            full_action_space=False,
+        )
+
+    def reset(self) -> EnvOutput:
+        obs, info = self._pool.reset()
+        out = self._out
+        out.obs[info["env_id"]] = obs
+        for j, lives in zip(info["env_id"], info["lives"]):
+            self._stats.restart(j, lives)
+        for field in (out.reward, out.terminated, out.truncated, out.episode_end):
+            field[:] = 0
+        return out
+
+    def step(self, actions: np.ndarray) -> EnvOutput:
+        out, stats = self._out, self._stats
+        try:
+            obs, reward, terminated, truncated, info = self._pool.step(actions.astype(np.int32, copy=False))
+        except Exception as exc:  # noqa: BLE001 - the pool is recreated, its games abandoned
+            self.failures += 1
+            log.warning("envpool %s raised %r; recreating the pool (env failures so far: %d)", self.level, exc, self.failures)
+            self._pool.close()
+            self._pool = self._make(self._seed + 1_000_003 * self.failures)
+            self.reset()
+            out.terminated[:] = True
+            return out
+        ids = info["env_id"]
+        out.obs[ids] = obs
+        out.reward[ids] = reward
+        out.truncated[ids] = truncated & ~terminated
+        out.terminated[ids] = terminated
+        out.episode_end[:] = False
+        for k, j in enumerate(ids):
+            if stats.step(j, float(reward[k]), int(info["lives"][k])) and not (terminated[k] or truncated[k]):
+                out.terminated[j] = True  # a life lost: the training episode ends, the game goes on
+        done = np.flatnonzero(terminated | truncated)
+        if done.size:
+            done_ids = ids[done]
+            out.episode_end[done_ids] = True
+            out.episode_return[done_ids] = stats.returns[done_ids]
+            out.episode_frames[done_ids] = stats.frames[done_ids]
+            out.final_obs[done_ids] = obs[done]
+            # envpool would reset these on the *next* step; resetting now gives same-step semantics.
+            new_obs, new_info = self._pool.reset(done_ids.astype(np.int32))
+            out.obs[new_info["env_id"]] = new_obs
+            for j, lives in zip(new_info["env_id"], new_info["lives"]):
+                stats.restart(j, lives)
+        return out
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,33 @@
+"""One Gymnasium environment, with IMPALA's Atari preprocessing for ALE ids."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from pronghorn.config import Config
+
+_ale_registered = False
+
+
+def is_atari(level: str) -> bool:
+    return level.startswith("ALE/")
+
+
+def make_single(level: str, seed: int, cfg: Config) -> gym.Env:
+    """Make one environment. It is seeded by its first `reset(seed=...)`, which GymBatch does."""
+    if not is_atari(level):
+        return gym.make(level)
+    global _ale_registered
+    if not _ale_registered:
+        import ale_py
+
+        gym.register_envs(ale_py)
+        _ale_registered = True
+    # Action repeat lives in the wrapper (frameskip=1 here) so it can max-pool the last two frames;
+    # sticky actions still apply per emulator frame, as in ALE v5.
+    env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=False)
+    # Life loss is handled in GymBatch (it ends the training episode, not the game), so it is off here.
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=cfg.noop_max, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True
+    )
+    return gym.wrappers.FrameStackObservation(env, 4)

@@ -1,0 +1,98 @@
+"""The learner: one V-trace update per batch, with RMSProp, linear LR decay and gradient clipping."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pronghorn import vtrace
+from pronghorn.config import Config
+from pronghorn.losses import baseline_loss, clip_rewards, entropy_loss, policy_gradient_loss
+from pronghorn.models import Agent
+from pronghorn.records import Unroll
+
+
+class Learner:
+    """Owns the agent's trainable copy and its optimizer. The global step is environment frames."""
+
+    def __init__(self, cfg: Config, agent: Agent, frames_per_step: int):
+        self.cfg = cfg
+        self.agent = agent
+        self.frames_per_step = frames_per_step
+        # PyTorch's RMSprop adds eps outside the square root: g / (sqrt(v) + eps); TF1 (the paper) used
+        # g / sqrt(v + eps). With eps = 0.01 the two differ only where v is tiny; we keep PyTorch's form.
+        self.optimizer = torch.optim.RMSprop(
+            agent.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum
+        )
+        self.frames = 0
+        self.steps = 0  # updates done; also the version of the weights published after each update
+
+    def learning_rate(self) -> float:
+        """IMPALA's schedule: linear from --learning-rate to 0 over --total-frames."""
+        return self.cfg.learning_rate * max(0.0, 1.0 - self.frames / self.cfg.total_frames)
+
+    def step(self, batch: Unroll) -> dict[str, float]:
+        """One update on a time-major batch [T+1, B, ...]; returns its metrics."""
+        cfg = self.cfg
+        done = batch.terminated | batch.truncated
+        reward = clip_rewards(batch.reward, cfg.reward_clipping)
+        out, _ = self.agent(batch.obs, batch.last_action, reward, done, batch.core_state)
+
+        # Row T is seen only to bootstrap: its action is paid in the next unroll.
+        bootstrap_value = out.baseline[-1]
+        # Env data of row t+1 belongs to the transition taken at row t, so it is shifted by one here.
+        rewards = reward[1:]
+        # A time limit is not a terminal state: fold gamma * V(final obs) into the last reward.
+        rewards = rewards + cfg.discount * batch.truncated[1:] * batch.truncation_value[1:]
+        discounts = cfg.discount * (~done[1:]).float()
+        logits, values, actions = out.policy_logits[:-1], out.baseline[:-1], batch.action[:-1]
+
+        vt = vtrace.from_logits(
+            behaviour_policy_logits=batch.policy_logits[:-1],
+            target_policy_logits=logits,
+            actions=actions,
+            discounts=discounts,
+            rewards=rewards,
+            values=values,
+            bootstrap_value=bootstrap_value,
+        )
+        pg = policy_gradient_loss(logits, actions, vt.pg_advantages)
+        bl = cfg.baseline_cost * baseline_loss(vt.vs, values)
+        ent = cfg.entropy_cost * entropy_loss(logits)
+        total = pg + bl + ent
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.grad_norm_clip)
+        self.optimizer.step()
+
+        t, b = actions.shape
+        self.frames += t * b * self.frames_per_step
+        self.steps += 1
+        lag = (self.steps - 1 - batch.policy_version).float()  # updates between acting and this update
+        with torch.no_grad():
+            entropy = -entropy_loss(logits).item() / (t * b)
+        return {
+            "total_loss": total.item(),
+            "pg_loss": pg.item(),
+            "baseline_loss": bl.item(),
+            "entropy_loss": ent.item(),
+            "entropy": entropy,
+            "grad_norm": float(grad_norm),
+            "learning_rate": self.learning_rate(),
+            "policy_lag_min": lag.min().item(),
+            "policy_lag_mean": lag.mean().item(),
+            "policy_lag_max": lag.max().item(),
+            "finite": float(math.isfinite(total.item())),
+        }
+
+    def state_dict(self) -> dict:
+        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(), "frames": self.frames, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.frames, self.steps = int(state["frames"]), int(state["steps"])

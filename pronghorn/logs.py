@@ -1,0 +1,153 @@
+"""One small logger interface that fans out to CSV, TensorBoard and the console.
+
+Files in the logdir: `metrics.csv` (one row per log interval), `episodes.csv` (one row per finished
+game), TensorBoard events (`<level>/episode_return`, `<level>/episode_frames` and every metric), all
+indexed by environment frames.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import math
+import os
+import sys
+import time
+from typing import Iterable, NamedTuple, Optional, Protocol
+
+
+class Episode(NamedTuple):
+    frames: int  # learner's frame count when the episode was consumed
+    level: str
+    episode_return: float
+    episode_frames: int
+    wall_time: float
+
+
+class Sink(Protocol):
+    def metrics(self, frames: int, values: dict[str, float]) -> None: ...
+
+    def episodes(self, episodes: list[Episode]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _CSV:
+    """Append rows to a CSV file; the header is fixed by the first row and written once."""
+
+    def __init__(self, path: str, fields: Optional[list[str]] = None):
+        self._path = path
+        self._fields = fields
+        self._file = None
+        self._writer = None
+
+    def write(self, row: dict) -> None:
+        if self._writer is None:
+            self._fields = self._fields or list(row)
+            is_new = not os.path.exists(self._path) or os.path.getsize(self._path) == 0
+            self._file = open(self._path, "a", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self._fields, extrasaction="ignore")
+            if is_new:
+                self._writer.writeheader()
+        self._writer.writerow(row)
+        self._file.flush()  # a row on disk as soon as it is written: nothing lost on a crash
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class CSVSink:
+    def __init__(self, logdir: str):
+        self._metrics = _CSV(os.path.join(logdir, "metrics.csv"))
+        self._episodes = _CSV(os.path.join(logdir, "episodes.csv"), list(Episode._fields))
+
+    def metrics(self, frames: int, values: dict[str, float]) -> None:
+        self._metrics.write({"frames": frames, **values})
+
+    def episodes(self, episodes: list[Episode]) -> None:
+        for e in episodes:
+            self._episodes.write(e._asdict())
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._episodes.close()
+
+
+class TensorBoardSink:
+    def __init__(self, logdir: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=logdir, flush_secs=30)
+
+    def metrics(self, frames: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._writer.add_scalar(f"learner/{key}", value, frames)
+
+    def episodes(self, episodes: list[Episode]) -> None:
+        for e in episodes:
+            self._writer.add_scalar(f"{e.level}/episode_return", e.episode_return, e.frames)
+            self._writer.add_scalar(f"{e.level}/episode_frames", e.episode_frames, e.frames)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class ConsoleSink:
+    """A line per log interval: frames, fps and the mean return of recent episodes."""
+
+    def __init__(self, total_frames: int, progress: bool, stream=sys.stderr):
+        self._recent: collections.deque[float] = collections.deque(maxlen=100)
+        self._total = total_frames
+        self._stream = stream
+        self._bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_frames, unit="frame", unit_scale=True, file=stream, dynamic_ncols=True, leave=False)
+
+    def episodes(self, episodes: list[Episode]) -> None:
+        self._recent.extend(e.episode_return for e in episodes)
+
+    def metrics(self, frames: int, values: dict[str, float]) -> None:
+        mean = sum(self._recent) / len(self._recent) if self._recent else float("nan")
+        line = (
+            f"frames {frames:>11,} | fps {values.get('fps', 0):>8,.0f} | return(last {len(self._recent)}) {mean:8.2f}"
+            f" | lag {values.get('policy_lag_mean', 0):4.1f} | loss {values.get('total_loss', 0):9.3f}"
+        )
+        if self._bar is not None:
+            self._bar.n = min(frames, self._total)
+            self._bar.refresh()
+            self._bar.write(line, file=self._stream)
+        else:
+            print(line, file=self._stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class Logger:
+    """Fans metrics and episodes out to every sink."""
+
+    def __init__(self, sinks: Iterable[Sink]):
+        self.sinks = list(sinks)
+        self.start = time.time()
+
+    def metrics(self, frames: int, values: dict[str, float]) -> None:
+        for sink in self.sinks:
+            sink.metrics(frames, values)
+
+    def episodes(self, episodes: list[Episode]) -> None:
+        if episodes:
+            for sink in self.sinks:
+                sink.episodes(episodes)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def standard_logger(logdir: str, total_frames: int, progress: bool) -> Logger:
+    return Logger([CSVSink(logdir), TensorBoardSink(logdir), ConsoleSink(total_frames, progress)])

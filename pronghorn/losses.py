@@ -1,0 +1,38 @@
+"""IMPALA's loss terms, summed (not averaged) over time and batch as in the paper.
+
+Shapes: logits [T, B, A], actions/advantages/targets/values [T, B].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
+    """`abs_one`: clamp to [-1, 1]; `soft_asymmetric`: 5*tanh(r/5), negatives scaled by 0.3; `none`."""
+    if mode == "abs_one":
+        return torch.clamp(rewards, -1.0, 1.0)
+    if mode == "soft_asymmetric":
+        squeezed = torch.tanh(rewards / 5.0)
+        return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+    if mode == "none":
+        return rewards
+    raise ValueError(f"unknown reward clipping mode {mode!r}: use abs_one, soft_asymmetric or none")
+
+
+def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """-sum log pi(a_t|x_t) * A_t; the advantages are constants."""
+    log_probs = -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none")
+    return -(log_probs.view_as(advantages) * advantages.detach()).sum()
+
+
+def baseline_loss(targets: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """0.5 * sum (v_s - V(x_s))^2; the learner weighs it with --baseline-cost (0.5 in IMPALA)."""
+    return 0.5 * ((targets.detach() - values) ** 2).sum()
+
+
+def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
+    """sum pi log pi (the negative entropy): minimising it keeps the policy from collapsing early."""
+    log_pi = F.log_softmax(logits, dim=-1)
+    return (log_pi.exp() * log_pi).sum()

@@ -1,0 +1,189 @@
+"""Named POSIX shared memory: unroll slots, the published weights and per-actor counters.
+
+Every segment is named `pronghorn-<pid>-<token>-<what>` so a leak is easy to spot in /dev/shm. The
+creating process owns and unlinks them; other processes attach through a picklable handle.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from multiprocessing import resource_tracker, shared_memory
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from pronghorn.records import Unroll
+
+SHM_PREFIX = "pronghorn-"
+
+
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """Attach without registering with the resource tracker: the creator owns the segment.
+
+    (Python < 3.13 registers on attach too, and would then unlink or warn when the *attaching*
+    process exits; 3.13 has `track=False` for this.)
+    """
+    register = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None
+    try:
+        return shared_memory.SharedMemory(name=name, create=False)
+    finally:
+        resource_tracker.register = register
+
+
+class _Segment:
+    """One shared block seen as a numpy array."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype, create: bool):
+        nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        self.shm = shared_memory.SharedMemory(name=name, create=True, size=nbytes) if create else _attach(name)
+        self.array = np.ndarray(shape, dtype=dtype, buffer=self.shm.buf)
+        self.owner = create
+
+    def release(self) -> None:
+        self.array = None  # drop the view first, or close() refuses (exported buffer)
+        try:
+            self.shm.close()
+        except BufferError:
+            pass  # a torch view is still alive somewhere; the mapping goes with the process
+        if self.owner:
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+
+
+class SegmentHandle(NamedTuple):
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def new_token() -> str:
+    import os
+
+    return f"{SHM_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class SlotArray:
+    """`num_slots` preallocated unroll slots: one shared block per Unroll field, [num_slots, *field_shape].
+
+    `slots[i]` is an Unroll of torch tensors viewing slot i (no copy).
+    """
+
+    def __init__(self, handles: Unroll, create: bool):
+        self.handles = handles
+        self._segments = Unroll(*(_Segment(h.name, tuple(h.shape), np.dtype(h.dtype), create) for h in handles))
+        tensors = Unroll(*(torch.from_numpy(s.array) for s in self._segments))
+        num_slots = tensors.obs.shape[0]
+        self.slots = [Unroll(*(t[i] for t in tensors)) for i in range(num_slots)]
+
+    @classmethod
+    def create(cls, token: str, num_slots: int, spec: Unroll) -> "SlotArray":
+        handles = Unroll(
+            *(SegmentHandle(f"{token}-{field}", (num_slots, *shape), dtype.str) for field, (shape, dtype) in zip(Unroll._fields, spec))
+        )
+        return cls(handles, create=True)
+
+    @classmethod
+    def attach(cls, handles: Unroll) -> "SlotArray":
+        return cls(handles, create=False)
+
+    def release(self) -> None:
+        self.slots = []
+        for segment in self._segments:
+            segment.release()
+
+
+class WeightStore:
+    """The learner's latest weights, flat float32 in shared memory, with a version number.
+
+    A seqlock keeps readers from taking a half-written copy without ever blocking the learner: the
+    writer makes `seq` odd while it writes and even when done; a reader retries if `seq` was odd or
+    changed during its copy.
+    """
+
+    def __init__(self, handle: SegmentHandle, create: bool):
+        self.handle = handle
+        self._segment = _Segment(handle.name, handle.shape, np.dtype(handle.dtype), create)
+        header = self._segment.array[:4].view(np.int64)  # two int64: seq, version
+        self._seq, self._version = header[0:1], header[1:2]
+        self._flat = torch.from_numpy(self._segment.array[4:])
+        if create:
+            self._seq[0] = 0
+            self._version[0] = -1  # nothing published yet
+
+    @classmethod
+    def create(cls, token: str, num_params: int) -> "WeightStore":
+        return cls(SegmentHandle(f"{token}-weights", (4 + num_params,), np.dtype(np.float32).str), create=True)
+
+    @classmethod
+    def attach(cls, handle: SegmentHandle) -> "WeightStore":
+        return cls(handle, create=False)
+
+    @property
+    def version(self) -> int:
+        return int(self._version[0])
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        self._seq[0] += 1  # odd: write in progress
+        offset = 0
+        for p in model.parameters():
+            n = p.numel()
+            self._flat[offset : offset + n].copy_(p.detach().reshape(-1))
+            offset += n
+        self._version[0] = version
+        self._seq[0] += 1  # even: consistent again
+
+    def load_into(self, model: torch.nn.Module, timeout: float) -> int:
+        """Copy the latest consistent weights into `model`; returns their version."""
+        deadline = time.monotonic() + timeout
+        while True:
+            seq = int(self._seq[0])
+            if seq % 2 == 0 and self.version >= 0:
+                version = self.version
+                with torch.no_grad():
+                    offset = 0
+                    for p in model.parameters():
+                        n = p.numel()
+                        p.copy_(self._flat[offset : offset + n].view_as(p))
+                        offset += n
+                if int(self._seq[0]) == seq:
+                    return version
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {timeout:.0f} s for the learner to publish consistent weights")
+            time.sleep(0.0005)
+
+    def release(self) -> None:
+        self._flat = None
+        self._seq = self._version = None
+        self._segment.release()
+
+
+class Counters:
+    """Per-actor int64 counters in shared memory: [num_actors, len(FIELDS)]."""
+
+    FIELDS = ("env_failures", "unrolls", "steps")
+
+    def __init__(self, handle: SegmentHandle, create: bool):
+        self.handle = handle
+        self._segment = _Segment(handle.name, handle.shape, np.dtype(handle.dtype), create)
+        self.array: Optional[np.ndarray] = self._segment.array
+        if create:
+            self.array[:] = 0
+
+    @classmethod
+    def create(cls, token: str, num_actors: int) -> "Counters":
+        return cls(SegmentHandle(f"{token}-counters", (num_actors, len(cls.FIELDS)), np.dtype(np.int64).str), create=True)
+
+    def total(self, field: str) -> int:
+        return int(self.array[:, self.FIELDS.index(field)].sum())
+
+    def row(self, actor: int) -> np.ndarray:
+        return self.array[actor]
+
+    def release(self) -> None:
+        self.array = None
+        self._segment.release()

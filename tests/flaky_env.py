@@ -1,0 +1,51 @@
+"""Test environments, importable in spawned actors as `tests.flaky_env:<Id>` (gymnasium imports the module)."""
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class FlakyCartPole(CartPoleEnv):
+    """CartPole whose step raises every `fail_every` steps (counted per env instance)."""
+
+    def __init__(self, fail_every: int = 150, **kwargs):
+        super().__init__(**kwargs)
+        self.fail_every = fail_every
+        self.calls = 0
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls % self.fail_every == 0:
+            raise RuntimeError(f"injected failure at call {self.calls}")
+        return super().step(action)
+
+
+class BrokenReset(CartPoleEnv):
+    """Every reset raises, so recreating it cannot help: the actor must give up and report."""
+
+    def reset(self, **kwargs):
+        raise RuntimeError("reset is broken")
+
+
+class LivesEnv(gym.Env):
+    """A 3-life game: each life lasts 4 steps paying reward 1 per step; the game ends with the last life."""
+
+    observation_space = gym.spaces.Box(0, 10, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.lives, self.t = 3, 0
+        return np.zeros(1, np.float32), {"lives": self.lives}
+
+    def step(self, action):
+        self.t += 1
+        if self.t % 4 == 0:
+            self.lives -= 1
+        return np.full(1, self.t, np.float32), 1.0, self.lives == 0, False, {"lives": self.lives}
+
+
+gym.register("FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)
+gym.register("BrokenReset-v0", entry_point=BrokenReset, max_episode_steps=500)
+gym.register("Lives-v0", entry_point=LivesEnv)
+gym.register("ShortCartPole-v0", entry_point=CartPoleEnv, max_episode_steps=5)

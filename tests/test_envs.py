@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+
+from pronghorn.config import Config, ConfigError
+from pronghorn.envs import make_batched, probe
+from pronghorn.envs.batch import GymBatch
+from pronghorn.envs.single import make_single
+
+
+def test_probe_reads_spaces_and_rejects_unknown_ids():
+    spec = probe("CartPole-v1", Config())
+    assert spec.obs_shape == (4,) and spec.num_actions == 2 and spec.frames_per_step == 1 and spec.reward_threshold == 475
+    with pytest.raises(ConfigError, match="unknown environment 'NoSuchEnv-v0'"):
+        probe("NoSuchEnv-v0", Config())
+
+
+def test_auto_reset_happens_in_the_same_step_and_truncation_keeps_final_obs():
+    env = make_batched("tests.flaky_env:ShortCartPole-v0", [0, 1], Config())
+    out = env.reset()
+    for _ in range(4):
+        out = env.step(np.zeros(2, np.int64))
+        assert not out.truncated.any()
+    before = out.obs.copy()
+    out = env.step(np.zeros(2, np.int64))  # 5th step: time limit
+    ended = out.truncated & ~out.terminated
+    for j in np.flatnonzero(ended):
+        assert not np.allclose(out.final_obs[j], out.obs[j])  # obs is the new episode's first observation
+        assert out.episode_end[j] and out.episode_frames[j] == 5 and out.episode_return[j] == 5.0
+    assert ended.any() or out.terminated.any()
+    assert not np.allclose(before, out.obs)
+
+
+def test_life_loss_ends_training_episode_but_statistics_cover_the_game():
+    env = GymBatch("Lives-v0", lambda seed: make_single("tests.flaky_env:Lives-v0", seed, Config()), [0], 1, episodic_life=True)
+    env.reset()
+    terminated, ends = [], []
+    for _ in range(12):
+        out = env.step(np.zeros(1, np.int64))
+        terminated.append(bool(out.terminated[0]))
+        ends.append(bool(out.episode_end[0]))
+    assert terminated == [False, False, False, True] * 3  # every lost life ends a training episode
+    assert ends == [False] * 11 + [True]  # only the game over is a finished episode
+    assert out.episode_return[0] == 12.0 and out.episode_frames[0] == 12
+
+
+def test_env_failure_is_recovered_and_counted():
+    env = GymBatch("Flaky", lambda seed: make_single("tests.flaky_env:FlakyCartPole-v0", seed, Config()), [0, 1], 1, True)
+    env.reset()
+    for _ in range(400):
+        out = env.step(np.zeros(2, np.int64))
+    assert env.failures >= 2
+    assert out.obs.shape == (2, 4)
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+def test_atari_backends_agree_on_shapes_dtypes_and_ranges(backend):
+    cfg = Config(env="ALE/Pong-v5", env_backend=backend)
+    spec = probe("ALE/Pong-v5", cfg)
+    assert spec.obs_shape == (4, 84, 84) and spec.obs_dtype == np.uint8 and spec.num_actions == 6 and spec.frames_per_step == 4
+    env = make_batched("ALE/Pong-v5", [0, 1], cfg)
+    try:
+        out = env.reset()
+        rng = np.random.default_rng(0)
+        seen_max = 0
+        for _ in range(40):
+            out = env.step(rng.integers(0, 6, size=2))
+            seen_max = max(seen_max, int(out.obs.max()))
+        assert out.obs.shape == (2, 4, 84, 84) and out.obs.dtype == np.uint8
+        assert out.reward.dtype == np.float32 and set(np.unique(out.reward)) <= {-1.0, 0.0, 1.0}
+        assert 50 < seen_max <= 255  # real grayscale frames, not blanks
+        assert out.terminated.dtype == np.bool_ and out.truncated.dtype == np.bool_
+    finally:
+        env.close()

@@ -1,0 +1,133 @@
+"""Shared memory, weight publishing and the actor processes, with real processes and real /dev/shm."""
+
+import multiprocessing as mp
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from pronghorn.config import Config
+from pronghorn.envs import probe
+from pronghorn.models import Agent
+from pronghorn.records import Unroll, unroll_spec
+from pronghorn.runtime import LocalRuntime, WorkerError
+from pronghorn.runtime.shm import SlotArray, WeightStore, new_token
+from pronghorn.staging import Staging
+from tests.helpers import assert_no_leaks
+
+
+def _child_writes(handles, value):
+    slots = SlotArray.attach(handles)
+    slots.slots[1].reward.fill_(value)
+    slots.slots[1].obs[0, 0, 0] = 7
+    slots.release()
+
+
+def test_slot_written_in_a_child_process_is_seen_by_the_parent():
+    spec = unroll_spec(3, 2, (4,), np.float32, 2, 0)
+    slots = SlotArray.create(new_token(), 3, spec)
+    try:
+        p = mp.get_context("spawn").Process(target=_child_writes, args=(slots.handles, 2.5))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        assert torch.all(slots.slots[1].reward == 2.5) and torch.all(slots.slots[0].reward == 0)
+        assert slots.slots[1].obs[0, 0, 0] == 7
+        assert slots.slots[1].obs.shape == (4, 2, 4) and slots.slots[1].core_state.shape == (2, 2, 1)
+    finally:
+        slots.release()
+    assert_no_leaks()
+
+
+def test_weight_store_round_trip_and_version():
+    a, b = Agent((4,), 2), Agent((4,), 2)
+    store = WeightStore.create(new_token(), sum(p.numel() for p in a.parameters()))
+    try:
+        with pytest.raises(TimeoutError, match="publish"):
+            store.load_into(b, timeout=0.05)  # nothing published yet
+        store.publish(a, 3)
+        assert store.load_into(b, timeout=1.0) == 3
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            assert torch.equal(pa, pb)
+    finally:
+        store.release()
+
+
+def _fake_slots(n, T=2, E=2):
+    spec = unroll_spec(T, E, (3,), np.float32, 2, 0)
+    return [Unroll(*(torch.full(shape, float(i)).to(torch.from_numpy(np.zeros(0, dtype)).dtype) for shape, dtype in spec)) for i in range(n)]
+
+
+def test_staging_hands_slots_back_only_after_copying_and_never_overwrites_the_batch_in_use():
+    slots = _fake_slots(6)
+    full, free = queue.Queue(), queue.Queue()
+    for i in range(4):
+        full.put(i)
+    staging = Staging(slots, full, free, batch_slots=2, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test")
+    try:
+        first = staging.next()
+        # Time-major: slots are concatenated along the env dim (dim 1).
+        assert first.data.obs.shape == (3, 4, 3)
+        assert torch.all(first.data.obs[:, :2] == 0) and torch.all(first.data.obs[:, 2:] == 1)
+        deadline = time.monotonic() + 5
+        while free.qsize() < 4 and time.monotonic() < deadline:  # the second batch gets staged meanwhile
+            time.sleep(0.01)
+        assert sorted(free.queue) == [0, 1, 2, 3]
+        slots[0].obs.fill_(99.0)  # an actor reuses a returned slot...
+        assert torch.all(first.data.obs[:, :2] == 0)  # ...the batch in use is a copy, untouched
+        second = staging.next()
+        assert torch.all(second.data.obs[:, :2] == 2) and torch.all(second.data.obs[:, 2:] == 3)
+        assert second.data.obs.data_ptr() != first.data.obs.data_ptr()  # two alternating buffers
+    finally:
+        staging.close()
+
+
+def test_staging_times_out_with_a_message_naming_what_it_waited_for():
+    staging = Staging(_fake_slots(2), queue.Queue(), queue.Queue(), 1, torch.device("cpu"), timeout=1.0, health_check=lambda: None, describe_producers=lambda: "0/2 actors alive")
+    try:
+        with pytest.raises(TimeoutError, match=r"learner waited \d+ s for data: 0/2 actors alive"):
+            staging.next()
+    finally:
+        staging.close()
+
+
+def _runtime(cfg):
+    cfg = cfg.for_observations(image=False)
+    spec = probe(cfg.env, cfg)
+    agent = Agent(spec.obs_shape, spec.num_actions)
+    rt = LocalRuntime(cfg, spec, sum(p.numel() for p in agent.parameters()), agent.core_size)
+    rt.weights.publish(agent, 0)
+    return rt
+
+
+def test_actors_fill_slots_and_close_leaves_nothing_behind():
+    rt = _runtime(Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4))
+    try:
+        rt.start()
+        seen = [rt.full_queue.get(timeout=60) for _ in range(4)]
+        slot = rt.unroll_slots()[seen[0]]
+        # Row 0 of each later unroll repeats the previous unroll's last row; actions index logits.
+        assert slot.obs.shape == (6, 4, 4) and torch.all(slot.action < 2) and torch.all(slot.level == 0)
+        assert torch.all(slot.policy_version == 0)
+        assert len(rt.actors) == 2 and rt.alive() == 2
+        rt.check_health()
+    finally:
+        rt.close()
+    assert_no_leaks()
+
+
+def test_an_actor_that_cannot_recover_stops_training_with_its_level_named():
+    rt = _runtime(Config(env="tests.flaky_env:BrokenReset-v0", num_actors=1, envs_per_actor=2, batch_size=2))
+    try:
+        rt.start()
+        deadline = time.monotonic() + 60
+        with pytest.raises(WorkerError, match=r"actor 0 \(tests.flaky_env:BrokenReset-v0\) failed: RuntimeError: env 0"):
+            while time.monotonic() < deadline:
+                rt.check_health()
+                time.sleep(0.1)
+    finally:
+        rt.close()
+    assert_no_leaks()

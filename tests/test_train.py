@@ -1,0 +1,118 @@
+"""End to end: `pronghorn.train` and `pronghorn train` with real actors, files, signals and bad input."""
+
+import csv
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import pronghorn
+from tests.helpers import assert_no_leaks
+
+CLI = [sys.executable, "-m", "pronghorn.cli"]
+ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):
+    cfg = pronghorn.Config(total_frames=40_000, logdir=str(tmp_path / "run"), log_interval=0.5, progress=False, stop_at_return=1e9)
+    result = pronghorn.train(cfg)
+    assert result.frames >= 40_000 and result.learner_steps >= 1 and result.episodes > 0
+    logdir = tmp_path / "run"
+    config = json.loads((logdir / "config.json").read_text())
+    assert config["env"] == "CartPole-v1" and config["batch_size"] == 16 and config["learning_rate"] == 3e-3  # resolved defaults
+    episodes = read_csv(logdir / "episodes.csv")
+    assert list(episodes[0]) == ["frames", "level", "episode_return", "episode_frames", "wall_time"]
+    assert all(r["level"] == "CartPole-v1" and float(r["episode_return"]) == float(r["episode_frames"]) for r in episodes)  # CartPole pays 1 a frame
+    metrics = read_csv(logdir / "metrics.csv")
+    assert metrics, "no metrics row"
+    for key in ("fps", "learner_steps_per_s", "pg_loss", "baseline_loss", "entropy_loss", "entropy", "grad_norm", "policy_lag_min",
+                "policy_lag_mean", "policy_lag_max", "full_queue_occupancy", "learner_wait_s", "stage_s", "env_failures"):
+        assert key in metrics[-1], key
+    assert float(metrics[-1]["policy_lag_min"]) >= 0
+    frames = [int(r["frames"]) for r in metrics]
+    assert frames == sorted(frames)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir)).Reload()
+    tags = events.Tags()["scalars"]
+    assert "CartPole-v1/episode_return" in tags and "CartPole-v1/episode_frames" in tags and "learner/policy_lag_mean" in tags
+    assert result.checkpoint and os.path.exists(result.checkpoint)
+    assert_no_leaks()
+
+
+def test_env_failures_are_logged_with_the_level_and_counted_in_metrics(tmp_path):
+    logdir = tmp_path / "flaky"
+    proc = subprocess.run(
+        CLI + ["train", "--env", "tests.flaky_env:FlakyCartPole-v0", "--total-frames", "30k", "--logdir", str(logdir), "--log-interval", "0.5", "--no-progress"],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "of level tests.flaky_env:FlakyCartPole-v0 raised RuntimeError('injected failure" in proc.stderr
+    assert int(read_csv(logdir / "metrics.csv")[-1]["env_failures"]) > 0
+    assert_no_leaks()
+
+
+def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
+    logdir = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        CLI + ["train", "--total-frames", "100M", "--logdir", str(logdir), "--log-interval", "0.5", "--no-progress", "--stop-at-return", "1e9"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole foreground group
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted after" in out and "Traceback" not in err
+    assert glob.glob(str(logdir / "checkpoints" / "ckpt-*.pt"))
+    rows = read_csv(logdir / "episodes.csv")
+    assert rows and all(len(r) == 5 and None not in r.values() for r in rows)
+    assert_no_leaks(owners=(proc.pid,))
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--env", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
+        (["--num-actors", "0"], "--num-actors is 0: it must be at least 1"),
+        (["--batch-size", "-8"], "--batch-size is -8"),
+        (["--unroll-length", "0"], "--unroll-length is 0"),
+        (["--batch-size", "12"], "not a multiple of --envs-per-actor 8"),
+        (["--batch-size", "64", "--num-buffers", "4"], "the actors could never fill a batch"),
+        (["--total-frames", "lots"], "--total-frames"),
+        (["--model", "huge"], "--model"),
+        (["--learning-rate", "nan"], "--learning-rate"),
+        (["--logdir", "/etc/passwd/run"], "cannot write to logdir"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, expected):
+    proc = subprocess.run(CLI + ["train", *args, "--no-progress"], capture_output=True, text=True, timeout=120, env=ENV)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("pronghorn: error:") and expected in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_documents_every_flag():
+    proc = subprocess.run(CLI + ["train", "--help"], capture_output=True, text=True, timeout=60, env=ENV)
+    assert proc.returncode == 0
+    for flag in ("--env", "--env-backend", "--model", "--lstm", "--num-actors", "--envs-per-actor", "--unroll-length", "--batch-size",
+                 "--total-frames", "--learning-rate", "--device", "--logdir", "--seed", "--reward-clipping", "--sticky-actions", "--episodic-life"):
+        assert flag in proc.stdout, flag
+    assert "IMPALA" in proc.stdout
