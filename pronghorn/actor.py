@@ -58,19 +58,20 @@ class _Step:
         self.core_before = core_before  # [2, E, H]: core state before obs[t] was processed
 
 
-def _write_row(buf: Unroll, t: int, step: _Step, truncation_value: torch.Tensor) -> None:
+def _write_row(buf: Unroll, t: int, step: _Step, truncation_value: np.ndarray) -> None:
+    """Write row t of a slot. `buf` holds numpy views of the slot: numpy assignment is cheaper per call."""
     env = step.env_out
-    buf.obs[t].copy_(torch.from_numpy(env.obs))
-    buf.reward[t].copy_(torch.from_numpy(env.reward))
-    buf.terminated[t].copy_(torch.from_numpy(env.terminated))
-    buf.truncated[t].copy_(torch.from_numpy(env.truncated))
-    buf.truncation_value[t].copy_(truncation_value)
-    buf.episode_end[t].copy_(torch.from_numpy(env.episode_end))
-    buf.episode_return[t].copy_(torch.from_numpy(env.episode_return))
-    buf.episode_frames[t].copy_(torch.from_numpy(env.episode_frames))
-    buf.last_action[t].copy_(step.last_action)
-    buf.action[t].copy_(step.agent_out.action[0])
-    buf.policy_logits[t].copy_(step.agent_out.policy_logits[0])
+    buf.obs[t] = env.obs
+    buf.reward[t] = env.reward
+    buf.terminated[t] = env.terminated
+    buf.truncated[t] = env.truncated
+    buf.truncation_value[t] = truncation_value
+    buf.episode_end[t] = env.episode_end
+    buf.episode_return[t] = env.episode_return
+    buf.episode_frames[t] = env.episode_frames
+    buf.last_action[t] = step.last_action.numpy()
+    buf.action[t] = step.agent_out.action[0].numpy()
+    buf.policy_logits[t] = step.agent_out.policy_logits[0].numpy()
 
 
 def run_actor(
@@ -95,6 +96,7 @@ def run_actor(
     agent.eval()
     version = weights.load_into(agent, cfg.timeout)
     E, T = cfg.envs_per_actor, cfg.unroll_length
+    views = [Unroll(*(t.numpy() for t in slot)) for slot in slots]  # same memory, numpy access
 
     @torch.no_grad()
     def act(env_out, last_action, core):
@@ -105,17 +107,19 @@ def run_actor(
         return out, new_core
 
     @torch.no_grad()
-    def truncation_values(env_out, last_action, core) -> torch.Tensor:
+    def truncation_values(env_out, last_action, core) -> np.ndarray:
         # A time limit cut the episode at final_obs: the learner bootstraps the step from V(final_obs),
         # computed here with the core state the agent had before the reset (it is gone after it).
-        values = torch.zeros(E)
+        values = np.zeros(E, np.float32)
+        if not env_out.truncated.any():
+            return values
         idx = np.flatnonzero(env_out.truncated)
         if idx.size:
             sel = torch.from_numpy(idx)
             obs = torch.from_numpy(env_out.final_obs[idx])
             reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), cfg.reward_clipping)
             out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel])
-            values[sel] = out.baseline[0]
+            values[idx] = out.baseline[0].numpy()
         return values
 
     env_out = env.reset()
@@ -124,17 +128,16 @@ def run_actor(
     core = agent.initial_state(E)
     agent_out, next_core = act(env_out, last_action, core)
     step = _Step(env_out, last_action, agent_out, core)
-    no_truncation = torch.zeros(E)
-    row0_truncation = no_truncation
+    row0_truncation = np.zeros(E, np.float32)
     try:
         while not should_stop():
             slot = free.get()
             if slot is None:
                 return
-            buf = slots[slot]
-            buf.core_state.copy_(step.core_before)
-            buf.policy_version.fill_(version)
-            buf.level.fill_(level)
+            buf = views[slot]
+            buf.core_state[:] = step.core_before.numpy()
+            buf.policy_version[:] = version
+            buf.level[:] = level
             # Row 0 repeats the previous unroll's last row, so every transition lies inside one unroll.
             _write_row(buf, 0, step, row0_truncation)
             core = next_core

@@ -97,10 +97,10 @@ class TensorBoardSink:
 class ConsoleSink:
     """A line per log interval: frames, fps and the mean return of recent episodes."""
 
-    def __init__(self, total_frames: int, progress: bool, stream=sys.stderr):
+    def __init__(self, total_frames: int, progress: bool, stream=None):
         self._recent: collections.deque[float] = collections.deque(maxlen=100)
         self._total = total_frames
-        self._stream = stream
+        self._stream = stream or sys.stderr  # looked up now, so redirect_stderr works
         self._bar = None
         if progress:
             from tqdm import tqdm

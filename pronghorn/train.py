@@ -130,6 +130,7 @@ def train(cfg: Config) -> TrainResult:
             interval.add(metrics, staged.wait_s, staged.stage_s)
             now = time.monotonic()
             if now - last_log >= cfg.log_interval:
+                runtime.check_health()  # staging only checks while it waits; a dead actor must not go unnoticed
                 row = interval.summary(learner.frames)
                 row.update(
                     time=time.time() - start, learner_steps=learner.steps, full_queue_occupancy=runtime.full_occupancy(), env_failures=runtime.env_failures(),

@@ -116,3 +116,25 @@ def test_help_documents_every_flag():
                  "--total-frames", "--learning-rate", "--device", "--logdir", "--seed", "--reward-clipping", "--sticky-actions", "--episodic-life"):
         assert flag in proc.stdout, flag
     assert "IMPALA" in proc.stdout
+
+
+def test_lstm_agent_trains_end_to_end_through_time_limits(tmp_path):
+    """The LSTM path: core state in slots, resets inside unrolls, truncation values from the core (ShortCartPole truncates every 5 steps)."""
+    cfg = pronghorn.Config(env="tests.flaky_env:ShortCartPole-v0", lstm=True, total_frames=8_000, logdir=str(tmp_path / "lstm"), progress=False, log_interval=0.5)
+    result = pronghorn.train(cfg)
+    assert result.frames >= 8_000 and result.episodes > 100
+    rows = read_csv(tmp_path / "lstm" / "episodes.csv")
+    assert {int(r["episode_frames"]) for r in rows} <= {1, 2, 3, 4, 5}
+    assert_no_leaks()
+
+
+def test_a_failing_actor_stops_training_with_one_line_and_no_leftovers(tmp_path):
+    proc = subprocess.Popen(
+        CLI + ["train", "--env", "tests.flaky_env:BrokenReset-v0", "--logdir", str(tmp_path / "broken"), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("pronghorn: error: training stopped: actor") and "BrokenReset-v0" in last and "reset is broken" in last
+    assert_no_leaks(owners=(proc.pid,))
