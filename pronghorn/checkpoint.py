@@ -1,21 +1,40 @@
 """Atomic checkpoints: write to a temporary file in the same folder, fsync, rename; keep the last k.
 
 `<logdir>/checkpoints/ckpt-<frames>.pt` plus a `latest` file naming the newest complete one (written
-the same way, so it never points at a half-written file).
+the same way, so it never names a half-written file). Loading walks from the newest to older ones and
+skips, with a warning naming it, any file that is truncated or not a pronghorn checkpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Optional
 
 import torch
 
+log = logging.getLogger("pronghorn.checkpoint")
+
+FORMAT = 1
 _NAME = re.compile(r"ckpt-(\d+)\.pt$")
+REQUIRED = ("format", "config", "learner", "rng", "stats")
 
 
-def _atomic_write(path: str, write) -> None:
+def folder(logdir: str) -> str:
+    return os.path.join(logdir, "checkpoints")
+
+
+def _fsync_dir(path: str) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write(path: str, write) -> None:
+    """Write a file so that readers see either the old content or the whole new one, never a part."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -25,34 +44,56 @@ def _atomic_write(path: str, write) -> None:
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
-            os.unlink(tmp)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+            os.unlink(tmp)  # a failed write (disk full) leaves the previous file untouched
+    _fsync_dir(os.path.dirname(path) or ".")
 
 
 def save(logdir: str, state: dict, frames: int, keep: int = 3) -> str:
-    folder = os.path.join(logdir, "checkpoints")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"ckpt-{frames:012d}.pt")
-    _atomic_write(path, lambda f: torch.save(state, f))
-    _atomic_write(os.path.join(folder, "latest"), lambda f: f.write(os.path.basename(path).encode()))
-    for old in sorted(p for p in os.listdir(folder) if _NAME.match(p))[:-keep]:
-        os.unlink(os.path.join(folder, old))
+    out = folder(logdir)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"ckpt-{frames:012d}.pt")
+    atomic_write(path, lambda f: torch.save({"format": FORMAT, **state}, f))
+    atomic_write(os.path.join(out, "latest"), lambda f: f.write(os.path.basename(path).encode()))
+    for old in sorted(p for p in os.listdir(out) if _NAME.match(p))[:-keep]:
+        os.unlink(os.path.join(out, old))
     return path
 
 
-def latest(logdir: str) -> Optional[str]:
-    folder = os.path.join(logdir, "checkpoints")
+def candidates(logdir: str) -> list[str]:
+    """Checkpoint files, newest first: the one `latest` names, then the others by frame count."""
+    out = folder(logdir)
+    if not os.path.isdir(out):
+        return []
+    paths = sorted((os.path.join(out, p) for p in os.listdir(out) if _NAME.match(p)), reverse=True)
     try:
-        with open(os.path.join(folder, "latest")) as f:
-            path = os.path.join(folder, f.read().strip())
-    except FileNotFoundError:
-        return None
-    return path if os.path.exists(path) else None
+        with open(os.path.join(out, "latest")) as f:
+            named = os.path.join(out, f.read().strip())
+        if named in paths:
+            paths.remove(named)
+            paths.insert(0, named)
+    except OSError:
+        pass
+    return paths
 
 
 def load(path: str) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """Load one checkpoint; raises ValueError if it is not a complete pronghorn checkpoint."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - truncated zip, unpickling error, ...: all mean 'unusable'
+        raise ValueError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED):
+        raise ValueError(f"{path} is not a pronghorn checkpoint (missing {[k for k in REQUIRED if k not in state]})")
+    if state["format"] != FORMAT:
+        raise ValueError(f"{path} has checkpoint format {state['format']}, this pronghorn reads {FORMAT}")
+    return state
+
+
+def load_latest(logdir: str) -> tuple[Optional[str], Optional[dict]]:
+    """The newest usable checkpoint in `logdir`, skipping (with a warning) any that cannot be read."""
+    for path in candidates(logdir):
+        try:
+            return path, load(path)
+        except ValueError as exc:
+            log.warning("skipping unusable checkpoint: %s; falling back to an older one", exc)
+    return None, None

@@ -10,10 +10,11 @@ import io
 import logging
 import math
 import re
+import signal
 import sys
 from typing import Optional, Sequence
 
-USAGE = "usage: pronghorn train [--help] [FLAGS]  (see `pronghorn train --help`)"
+USAGE = "usage: pronghorn {train,evaluate,plot,status} [--help] ..."
 _BOX = re.compile(r"[\u2500-\u257f]")  # box-drawing characters tyro frames its messages with
 
 
@@ -69,6 +70,8 @@ def cmd_train(argv: Sequence[str]) -> int:
 
     cfg = parse_config(argv)
     tune_learner_process()
+    # SIGTERM (a scheduler, `kill`) stops training like Ctrl-C: checkpoint, stop actors, exit.
+    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         result = train(cfg)
     except ConfigError as exc:
@@ -78,6 +81,8 @@ def cmd_train(argv: Sequence[str]) -> int:
     curve = _write_curve(result.logdir)
     ret = "n/a" if math.isnan(result.mean_return) else f"{result.mean_return:.2f}"
     status = "solved" if result.solved else ("interrupted" if result.interrupted else "frame budget spent")
+    if result.resumed_from:
+        status += f" (resumed from {result.resumed_from})"
     print(
         f"pronghorn: {status} after {result.frames:,} frames, {result.learner_steps:,} learner steps, "
         f"{result.wall_time:.0f} s; mean return of last {min(100, result.episodes)} episodes: {ret}\n"
@@ -90,16 +95,13 @@ def cmd_train(argv: Sequence[str]) -> int:
 
 
 def cmd_plot(argv: Sequence[str]) -> int:
-    import argparse
-
     from pronghorn.plot import plot_runs
 
-    parser = argparse.ArgumentParser(prog="pronghorn plot", description="Plot episode return against frames for runs.")
+    parser = _argparser("pronghorn plot", "Plot episode return against frames; runs sharing a folder name become a mean with a band.")
     parser.add_argument("runs", nargs="+", help="run folders (each with an episodes.csv)")
     parser.add_argument("-o", "--output", default="curves.png", help="PNG file to write")
     parser.add_argument("--x", choices=("frames", "wall"), default="frames", help="x axis: environment frames or wall-clock seconds")
     parser.add_argument("--window", type=int, default=100, help="episodes in the trailing mean")
-    parser.error = lambda message: fail(f"{message} (see `pronghorn plot --help`)")  # one line, exit 2
     args = parser.parse_args(argv)
     try:
         print(plot_runs(args.runs, args.output, args.x, args.window))
@@ -108,11 +110,57 @@ def cmd_plot(argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "plot": cmd_plot}
+def _argparser(prog: str, description: str):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.error = lambda message: fail(f"{message} (see `{prog} --help`)")  # one line, exit 2
+    return parser
+
+
+def cmd_evaluate(argv: Sequence[str]) -> int:
+    import json
+
+    from pronghorn.config import ConfigError
+    from pronghorn.evaluate import evaluate
+
+    parser = _argparser("pronghorn evaluate", "Play a trained agent and print a JSON summary per level.")
+    parser.add_argument("--logdir", required=True, help="the run folder (its config.json says what to build)")
+    parser.add_argument("--checkpoint", help="a checkpoint file; default: the newest usable one in the logdir")
+    parser.add_argument("--episodes", type=int, default=30, help="whole games per level")
+    parser.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    parser.add_argument("--video", help="write an MP4 of the first game here")
+    parser.add_argument("--seed", type=int, default=10_000, help="environment seed of the first evaluation env")
+    args = parser.parse_args(argv)
+    try:
+        summary = evaluate(args.logdir, args.checkpoint, args.episodes, args.greedy, args.video, args.seed)
+    except ConfigError as exc:
+        fail(str(exc))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_status(argv: Sequence[str]) -> int:
+    from pronghorn.status import run_status
+
+    parser = _argparser("pronghorn status", "Where a run stands: frames, fps, last checkpoint, recent returns.")
+    parser.add_argument("logdir")
+    args = parser.parse_args(argv)
+    try:
+        print(run_status(args.logdir))
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "plot": cmd_plot, "status": cmd_status}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` prints every thread's stack
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not argv or argv[0] in ("-h", "--help"):
         print(f"{USAGE}\ncommands: {', '.join(COMMANDS)}")

@@ -52,6 +52,14 @@ FrameCount = Annotated[
 ]
 
 
+# Flags a resumed run may change: budgets, logging, where the learner runs. Everything else shapes the
+# agent, the data or the objective, and must match the checkpoint.
+RESUMABLE_CHANGES = frozenset(
+    {"total_frames", "logdir", "log_interval", "checkpoint_secs", "keep_checkpoints", "progress", "timeout", "device",
+     "learner_threads", "stop_at_return", "restart", "num_buffers"}
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Train an IMPALA agent: actors step environments, a V-trace learner trains on their unrolls."""
@@ -124,7 +132,11 @@ class Config:
     log_interval: float = 5.0
     """Seconds between console lines and metrics.csv rows."""
     checkpoint_secs: int = 600
-    """Seconds between checkpoints (one is also written at the end)."""
+    """Seconds between checkpoints (one is also written at the end and on Ctrl-C or SIGTERM)."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep."""
+    restart: bool = False
+    """Start anew in a logdir that holds a run: its files are moved aside into <logdir>/previous-<time>/, never deleted. Without it, such a logdir is resumed."""
     progress: bool = True
     """Show a progress bar toward --total-frames."""
     timeout: float = 120.0
@@ -165,6 +177,7 @@ class Config:
         need(self.learner_threads >= 0, f"--learner-threads is {self.learner_threads}: use 0 for automatic or a positive count")
         need(self.log_interval > 0, f"--log-interval is {self.log_interval}: it must be positive (seconds)")
         need(self.checkpoint_secs > 0, f"--checkpoint-secs is {self.checkpoint_secs}: it must be positive (seconds)")
+        need(self.keep_checkpoints >= 1, f"--keep-checkpoints is {self.keep_checkpoints}: keep at least 1")
         need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
         for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
             value = getattr(self, name)
@@ -183,6 +196,17 @@ class Config:
             batch = self.envs_per_actor * max(1, round(batch / self.envs_per_actor))  # keep whole actor unrolls
         lr = self.learning_rate if self.learning_rate is not None else (6e-4 if image else 3e-3)
         return dataclasses.replace(self, batch_size=batch, learning_rate=lr)
+
+    def resume_conflicts(self, saved: dict) -> list[str]:
+        """Flags that differ from the run being resumed and would change its agent, data or objective."""
+        conflicts = []
+        for field in dataclasses.fields(self):
+            if field.name in RESUMABLE_CHANGES or field.name not in saved:
+                continue
+            here, there = getattr(self, field.name), saved[field.name]
+            if here != there:
+                conflicts.append(f"--{field.name.replace('_', '-')} is {here!r} here but {there!r} in the run")
+        return conflicts
 
     # --- derived values --------------------------------------------------------------------------
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import io
 import math
 import os
 import sys
@@ -57,6 +58,39 @@ class _CSV:
             self._file.close()
 
 
+def trim_csv(path: str, max_frames: int) -> int:
+    """Keep only the complete rows with frames <= max_frames (those the checkpoint covers); returns rows kept.
+
+    Rows past the checkpoint will be produced again by the resumed run, and a row cut short by a crash
+    must not stay in the file. The rewrite is atomic.
+    """
+    if not os.path.exists(path):
+        return 0
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return 0
+        rows = []
+        for row in reader:
+            try:
+                if len(row) == len(header) and int(float(row[0])) <= max_frames:
+                    rows.append(row)
+            except ValueError:
+                continue  # a half-written row
+    from pronghorn.checkpoint import atomic_write
+
+    def write(f) -> None:
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(header)
+        writer.writerows(rows)
+        f.write(text.getvalue().encode())
+
+    atomic_write(path, write)
+    return len(rows)
+
+
 class CSVSink:
     def __init__(self, logdir: str):
         self._metrics = _CSV(os.path.join(logdir, "metrics.csv"))
@@ -75,10 +109,11 @@ class CSVSink:
 
 
 class TensorBoardSink:
-    def __init__(self, logdir: str):
+    def __init__(self, logdir: str, resume_frames: int = 0):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=logdir, flush_secs=30)
+        # On resume, purge events logged after the checkpoint so the timeline stays one line.
+        self._writer = SummaryWriter(log_dir=logdir, flush_secs=30, purge_step=resume_frames or None)
 
     def metrics(self, frames: int, values: dict[str, float]) -> None:
         for key, value in values.items():
@@ -97,7 +132,7 @@ class TensorBoardSink:
 class ConsoleSink:
     """A line per log interval: frames, fps and the mean return of recent episodes."""
 
-    def __init__(self, total_frames: int, progress: bool, stream=None):
+    def __init__(self, total_frames: int, progress: bool, stream=None, start: int = 0):
         self._recent: collections.deque[float] = collections.deque(maxlen=100)
         self._total = total_frames
         self._stream = stream or sys.stderr  # looked up now, so redirect_stderr works
@@ -105,7 +140,7 @@ class ConsoleSink:
         if progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total_frames, unit="frame", unit_scale=True, file=stream, dynamic_ncols=True, leave=False)
+            self._bar = tqdm(total=total_frames, initial=start, unit="frame", unit_scale=True, file=self._stream, dynamic_ncols=True, leave=False)
 
     def episodes(self, episodes: list[Episode]) -> None:
         self._recent.extend(e.episode_return for e in episodes)
@@ -149,5 +184,5 @@ class Logger:
             sink.close()
 
 
-def standard_logger(logdir: str, total_frames: int, progress: bool) -> Logger:
-    return Logger([CSVSink(logdir), TensorBoardSink(logdir), ConsoleSink(total_frames, progress)])
+def standard_logger(logdir: str, total_frames: int, progress: bool, resume_frames: int = 0) -> Logger:
+    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), ConsoleSink(total_frames, progress, start=resume_frames)])

@@ -28,29 +28,44 @@ def smooth(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: int = 100) -> str:
+def _curve(rows: list[dict], x: str, window: int) -> tuple[list[float], list[float]]:
+    t0 = float(rows[0]["wall_time"]) if rows else 0.0
+    xs = [float(r["frames"]) if x == "frames" else float(r["wall_time"]) - t0 for r in rows]
+    return xs, smooth([float(r["episode_return"]) for r in rows], window)
+
+
+def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: int = 100, size: tuple[float, float] = (6, 4), dpi: int = 100) -> str:
+    """One panel per level; one line per run, or mean and min-max band for runs that share a folder name."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     runs = {d: read_episodes(d) for d in logdirs}
+    groups: dict[str, list[str]] = collections.defaultdict(list)  # e.g. seed0/pong and seed1/pong share "pong"
+    for d in logdirs:
+        groups[os.path.basename(os.path.normpath(d))].append(d)
     levels = sorted({row["level"] for rows in runs.values() for row in rows})
-    fig, axes = plt.subplots(1, max(1, len(levels)), figsize=(6 * max(1, len(levels)), 4), squeeze=False)
-    for ax, level in zip(axes[0], levels or ["(no episodes)"]):
-        for logdir, rows in runs.items():
-            rows = [r for r in rows if r["level"] == level]
-            if not rows:
-                continue
-            t0 = float(rows[0]["wall_time"])
-            xs = [float(r["frames"]) if x == "frames" else float(r["wall_time"]) - t0 for r in rows]
-            ax.plot(xs, smooth([float(r["episode_return"]) for r in rows], window), label=os.path.basename(os.path.normpath(logdir)))
+    fig, axes = plt.subplots(1, max(1, len(levels)), figsize=(size[0] * max(1, len(levels)), size[1]), squeeze=False)
+    for ax, level in zip(axes[0], levels or ["(no episodes yet)"]):
+        for name, members in groups.items():
+            curves = [_curve([r for r in runs[d] if r["level"] == level], x, window) for d in members]
+            curves = [c for c in curves if c[0]]
+            if len(curves) == 1:
+                ax.plot(*curves[0], label=name)
+            elif curves:
+                grid = np.linspace(0, min(c[0][-1] for c in curves), 200)  # the span every run covers
+                ys = np.stack([np.interp(grid, c[0], c[1]) for c in curves])
+                line = ax.plot(grid, ys.mean(0), label=f"{name} (mean of {len(curves)})")[0]
+                ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
         ax.set_title(level)
         ax.set_xlabel("environment frames" if x == "frames" else "wall-clock seconds")
         ax.set_ylabel(f"episode return (mean of last {window})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(output, dpi=100)
+    fig.savefig(output, dpi=dpi)  # no bbox cropping: the PNG is exactly size * dpi pixels
     plt.close(fig)
     return output

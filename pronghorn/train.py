@@ -1,26 +1,38 @@
-"""The builder: wires env -> actors -> slots/queues -> staging -> learner -> weights back, on one machine."""
+"""The builder: wires env -> actors -> slots/queues -> staging -> learner -> weights back, on one machine.
+
+A logdir that holds a checkpoint is resumed: learner, optimizer, frame count, RNG states and the recent
+per-level returns come back from it, and the logs continue from its frame count.
+"""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
+import random
+import shutil
 import time
 from typing import NamedTuple, Optional
 
+import numpy as np
 import torch
 
 from pronghorn import checkpoint
 from pronghorn.config import Config, ConfigError
 from pronghorn.envs import probe
 from pronghorn.learner import Learner
-from pronghorn.logs import Episode, standard_logger
+from pronghorn.logs import Episode, standard_logger, trim_csv
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
 from pronghorn.runtime import LocalRuntime
 from pronghorn.staging import Staging
 
 log = logging.getLogger("pronghorn")
+
+# A resumed run's actors draw new seeds (seed + i + generation * stride) so they do not replay the
+# random streams of the run before the restart.
+_SEED_STRIDE = 100_003
 
 
 class TrainResult(NamedTuple):
@@ -33,6 +45,7 @@ class TrainResult(NamedTuple):
     checkpoint: Optional[str]
     solved: bool
     interrupted: bool
+    resumed_from: Optional[str]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -41,15 +54,43 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def prepare_logdir(cfg: Config) -> str:
+def _move_aside(logdir: str, why: str) -> str:
+    """Move every file of a previous run into <logdir>/previous-<time>/ (never delete)."""
+    target = os.path.join(logdir, time.strftime("previous-%Y%m%d-%H%M%S"))
+    os.makedirs(target)
+    for name in os.listdir(logdir):
+        if not name.startswith("previous-"):
+            shutil.move(os.path.join(logdir, name), os.path.join(target, name))
+    log.warning("%s: moved the files already in %s to %s", why, logdir, target)
+    return target
+
+
+def prepare_logdir(cfg: Config) -> tuple[str, Optional[str], Optional[dict]]:
+    """Create or reopen the logdir; returns (logdir, checkpoint path, checkpoint state) to resume from."""
     logdir = cfg.resolved_logdir(time.strftime("%Y%m%d-%H%M%S"))
     try:
         os.makedirs(logdir, exist_ok=True)
+        has_run = any(not n.startswith("previous-") for n in os.listdir(logdir))
+        if has_run and cfg.restart:
+            _move_aside(logdir, "--restart")
+        path, state = checkpoint.load_latest(logdir)
+        if state is None and has_run and not cfg.restart:
+            _move_aside(logdir, "no usable checkpoint to resume from")
+        if state is not None:
+            conflicts = cfg.resume_conflicts(state["config"])
+            if conflicts:
+                raise ConfigError(
+                    f"cannot resume {logdir}: {'; '.join(conflicts)}. Use the run's values to resume, "
+                    f"or add --restart to start anew (the old files are kept)"
+                )
+        frames = int(state["learner"]["frames"]) if state else 0
+        for name in ("episodes.csv", "metrics.csv"):
+            trim_csv(os.path.join(logdir, name), frames)
         with open(os.path.join(logdir, "config.json"), "w") as f:
             f.write(cfg.to_json() + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write to logdir {logdir!r} ({exc.strerror}): pass a writable --logdir") from None
-    return logdir
+    return logdir, path, state
 
 
 def finished_episodes(batch: Unroll, frames: int, levels: tuple[str, ...], now: float) -> list[Episode]:
@@ -89,73 +130,131 @@ class _Interval:
         return row
 
 
+class _Stats:
+    """Per-level recent returns and episode counts: logged, checkpointed, used for the stop target."""
+
+    def __init__(self, levels: tuple[str, ...], saved: Optional[dict] = None):
+        saved = saved or {}
+        self.recent = {lv: collections.deque(saved.get("recent", {}).get(lv, []), maxlen=100) for lv in levels}
+        self.episodes = int(saved.get("episodes", 0))
+        self.generation = int(saved.get("generation", -1)) + 1  # how many times this run has been started
+
+    def add(self, episodes: list[Episode]) -> None:
+        self.episodes += len(episodes)
+        for e in episodes:
+            self.recent[e.level].append(e.episode_return)
+
+    def mean_return(self) -> float:
+        values = [r for q in self.recent.values() for r in q]
+        return sum(values) / len(values) if values else float("nan")
+
+    def reached(self, target: Optional[float]) -> bool:
+        """Every level's last 100 episodes average at least `target`."""
+        return target is not None and all(len(q) == q.maxlen and sum(q) / len(q) >= target for q in self.recent.values())
+
+    def state_dict(self) -> dict:
+        return {"recent": {lv: list(q) for lv, q in self.recent.items()}, "episodes": self.episodes, "generation": self.generation}
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
 def train(cfg: Config) -> TrainResult:
     """Train until --total-frames (or the return target); returns where everything went."""
     spec = probe(cfg.env, cfg)
     cfg = cfg.for_observations(image=len(spec.obs_shape) == 3)
-    logdir = prepare_logdir(cfg)
+    logdir, resumed_from, saved = prepare_logdir(cfg)
     torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
     torch.set_num_threads(cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors))
     device = resolve_device(cfg.device)
     agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size).to(device)
     learner = Learner(cfg, agent, spec.frames_per_step)
+    stats = _Stats(cfg.levels, saved["stats"] if saved else None)
+    if saved is not None:
+        try:
+            learner.load_state_dict(saved["learner"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            detail = " ".join(str(exc).split())  # PyTorch lists every mismatch on its own line
+            detail = detail if len(detail) <= 240 else detail[:237] + "..."
+            raise ConfigError(f"checkpoint {resumed_from} does not fit this agent ({detail}): use the run's flags or --restart") from None
+        _set_rng_state(saved["rng"])
+        log.info("resumed from %s at %d frames, learner step %d", resumed_from, learner.frames, learner.steps)
     target = cfg.stop_at_return if cfg.stop_at_return is not None else spec.reward_threshold
     num_params = sum(p.numel() for p in agent.parameters())
 
-    runtime = LocalRuntime(cfg, spec, num_params, agent.core_size)
-    logger = standard_logger(logdir, cfg.total_frames, cfg.progress)
+    def save() -> str:
+        state = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
+        return checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
+
+    actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
+    runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
+    logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames)
     staging: Optional[Staging] = None
-    recent: collections.deque[float] = collections.deque(maxlen=100)
-    episodes = 0
     solved = interrupted = False
-    saved: Optional[str] = None
+    saved_path: Optional[str] = None
     start = time.time()
     try:
-        runtime.weights.publish(agent, learner.steps)  # version 0: actors start from the initial weights
+        runtime.weights.publish(agent, learner.steps)  # actors start from the current weights
         runtime.start()
         staging = Staging(
             runtime.unroll_slots(), runtime.full_queue, runtime.free_queue, cfg.batch_slots, device, cfg.timeout,
             runtime.check_health, lambda: f"{runtime.alive()}/{cfg.num_actors} actors alive",
         )
-        interval = _Interval(0)
+        interval = _Interval(learner.frames)
+
+        def log_row() -> None:
+            row = interval.summary(learner.frames)
+            row.update(
+                time=time.time() - start, learner_steps=learner.steps, full_queue_occupancy=runtime.full_occupancy(),
+                env_failures=runtime.env_failures(), episodes=stats.episodes, mean_return_100=stats.mean_return(),
+            )
+            logger.metrics(learner.frames, row)
+            interval.reset(learner.frames)
+
         last_log = last_ckpt = time.monotonic()
-        while learner.frames < cfg.total_frames:
+        while learner.frames < cfg.total_frames and not stats.reached(target):
             staged = staging.next()
             metrics = learner.step(staged.data)
             runtime.weights.publish(agent, learner.steps)  # weights back to the actors
             done = finished_episodes(staged.data, learner.frames, cfg.levels, time.time())
             logger.episodes(done)
-            episodes += len(done)
-            recent.extend(e.episode_return for e in done)
+            stats.add(done)
             interval.add(metrics, staged.wait_s, staged.stage_s)
             now = time.monotonic()
             if now - last_log >= cfg.log_interval:
                 runtime.check_health()  # staging only checks while it waits; a dead actor must not go unnoticed
-                row = interval.summary(learner.frames)
-                row.update(
-                    time=time.time() - start, learner_steps=learner.steps, full_queue_occupancy=runtime.full_occupancy(), env_failures=runtime.env_failures(),
-                    episodes=episodes, mean_return_100=sum(recent) / len(recent) if recent else float("nan"),
-                )
-                logger.metrics(learner.frames, row)
-                interval.reset(learner.frames)
+                log_row()
                 last_log = now
             if now - last_ckpt >= cfg.checkpoint_secs:
-                saved = checkpoint.save(logdir, learner.state_dict(), learner.frames)
+                saved_path = save()
                 last_ckpt = now
-            if target is not None and len(recent) == recent.maxlen and sum(recent) / len(recent) >= target:
-                solved = True
-                break
+        solved = stats.reached(target)
+        if interval.steps:
+            log_row()  # the last partial interval, so the files end where training ended
     except KeyboardInterrupt:
         interrupted = True
-        log.warning("interrupted: stopping actors and saving a checkpoint")
+        log.warning("interrupted: saving a checkpoint and stopping the actors")
     finally:
         if staging is not None:
             staging.close()
-        runtime.close()
-        if learner.steps:
-            saved = checkpoint.save(logdir, learner.state_dict(), learner.frames)
-        logger.close()
+        try:
+            if learner.steps and (saved is None or learner.steps > int(saved["learner"]["steps"])):
+                saved_path = save()  # before reaping the actors: a signal's grace period is short
+            elif resumed_from:
+                saved_path = resumed_from
+        finally:
+            runtime.close()
+            logger.close()
     return TrainResult(
-        logdir, learner.frames, learner.steps, episodes, sum(recent) / len(recent) if recent else float("nan"),
-        time.time() - start, saved, solved, interrupted,
+        logdir, learner.frames, learner.steps, stats.episodes, stats.mean_return(), time.time() - start, saved_path,
+        solved, interrupted, resumed_from,
     )

@@ -74,7 +74,14 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
             time.sleep(0.2)
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole foreground group
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: every thread's stack, to see where it hangs
+            time.sleep(2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"no exit within 60 s of SIGINT; stacks:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

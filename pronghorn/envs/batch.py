@@ -156,6 +156,10 @@ class GymBatch:
                 out.obs[j] = obs
         return out
 
+    def render(self, j: int) -> np.ndarray:
+        """RGB frame of env j (made with render_mode="rgb_array")."""
+        return self._envs[j].render()
+
     def close(self) -> None:
         for env in self._envs:
             try:

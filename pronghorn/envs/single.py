@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import gymnasium as gym
 
 from pronghorn.config import Config
@@ -13,11 +15,12 @@ def is_atari(level: str) -> bool:
     return level.startswith("ALE/")
 
 
-def make_single(level: str, seed: int, cfg: Config) -> gym.Env:
+def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] = None) -> gym.Env:
     """Make one environment. It is seeded by its first `reset(seed=...)`, which GymBatch does."""
     if not is_atari(level):
         # The passive checker only validates the first calls but stays a wrapper layer on every step.
-        return gym.make(level, disable_env_checker=True)
+        kwargs = {"render_mode": render_mode} if render_mode else {}  # custom envs may not take the argument
+        return gym.make(level, disable_env_checker=True, **kwargs)
     global _ale_registered
     if not _ale_registered:
         import ale_py
@@ -26,7 +29,7 @@ def make_single(level: str, seed: int, cfg: Config) -> gym.Env:
         _ale_registered = True
     # Action repeat lives in the wrapper (frameskip=1 here) so it can max-pool the last two frames;
     # sticky actions still apply per emulator frame, as in ALE v5.
-    env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=False)
+    env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=False, render_mode=render_mode)
     # Life loss is handled in GymBatch (it ends the training episode, not the game), so it is off here.
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=cfg.noop_max, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True

@@ -22,7 +22,7 @@ import numpy as np
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
-from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token
+from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
 
 log = logging.getLogger("pronghorn.runtime")
 
@@ -51,8 +51,22 @@ class _QueueSource:
         return None
 
 
-def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_q, full_q, stop, errors) -> None:
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so a killed learner leaves no orphans."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass  # not Linux: the stop event and the learner's close() still end actors normally
+
+
+def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_q, full_q, stop, errors, parent: int) -> None:
     """Entry point of an actor process (spawned: imports start clean, no inherited threads)."""
+    _die_with_parent()
+    if os.getppid() != parent:
+        return  # the parent died before the death signal was armed
     level = cfg.levels[index % len(cfg.levels)]
     try:
         import setproctitle
@@ -95,6 +109,9 @@ class LocalRuntime:
 
     def __init__(self, cfg: Config, spec: EnvSpec, num_params: int, core_size: int):
         self.cfg = cfg
+        reaped = reap_orphaned_segments()
+        if reaped:
+            log.warning("removed %d shared-memory segments left by processes that no longer exist (%s, ...)", len(reaped), reaped[0])
         self._ctx = mp.get_context("spawn")
         self._token = new_token()
         layout = unroll_spec(cfg.unroll_length, cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
@@ -118,7 +135,7 @@ class LocalRuntime:
                 target=_actor_main,
                 name=f"pronghorn-actor-{i}",
                 args=(i, self.cfg, self._spec, self.slots.handles, self.weights.handle, self.counters.handle,
-                      self.free_queue, self.full_queue, self._stop, self._errors),
+                      self.free_queue, self.full_queue, self._stop, self._errors, os.getpid()),
                 daemon=True,
             )
             p.start()

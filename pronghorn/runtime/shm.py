@@ -61,6 +61,34 @@ class SegmentHandle(NamedTuple):
     dtype: str
 
 
+def reap_orphaned_segments() -> list[str]:
+    """Unlink segments whose creating process is gone (a learner killed with SIGKILL cannot clean up)."""
+    import os
+
+    reaped = []
+    try:
+        names = os.listdir("/dev/shm")
+    except FileNotFoundError:
+        return reaped
+    for name in names:
+        if not name.startswith(SHM_PREFIX):
+            continue
+        try:
+            pid = int(name[len(SHM_PREFIX) :].split("-", 1)[0])
+            os.kill(pid, 0)
+        except ValueError:
+            continue  # not one of ours after all
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+                reaped.append(name)
+            except FileNotFoundError:
+                pass
+        except PermissionError:
+            pass  # another user's live process
+    return reaped
+
+
 def new_token() -> str:
     import os
 

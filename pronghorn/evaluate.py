@@ -1,0 +1,115 @@
+"""Play a trained agent from a checkpoint: per-level return and length statistics, optionally an MP4.
+
+Evaluation always steps Gymnasium environments (the same preprocessing as training on either backend)
+because only they can render the frames for a video.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Optional
+
+import numpy as np
+import torch
+
+from pronghorn import checkpoint
+from pronghorn.config import Config, ConfigError
+from pronghorn.envs import probe
+from pronghorn.envs.batch import GymBatch
+from pronghorn.envs.single import make_single
+from pronghorn.losses import clip_rewards
+from pronghorn.models import Agent
+
+_MAX_PARALLEL = 8
+
+
+def load_run(logdir: str, path: Optional[str]) -> tuple[Config, str, dict]:
+    """The run's config and a checkpoint (the newest good one unless `path` names one)."""
+    try:
+        with open(os.path.join(logdir, "config.json")) as f:
+            cfg = Config(**json.load(f))
+    except FileNotFoundError:
+        raise ConfigError(f"{logdir!r} has no config.json: point --logdir at a pronghorn run folder") from None
+    if path is not None:
+        try:
+            return cfg, path, checkpoint.load(path)
+        except ValueError as exc:
+            raise ConfigError(f"{exc}: pass another --checkpoint") from None
+    path, state = checkpoint.load_latest(logdir)
+    if state is None:
+        raise ConfigError(f"{logdir!r} holds no usable checkpoint: train first, or pass --checkpoint")
+    return cfg, path, state
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()), "max": float(a.max())}
+
+
+@torch.no_grad()
+def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int = 30, greedy: bool = False,
+             video: Optional[str] = None, seed: int = 10_000) -> dict:
+    """Run `episodes` whole games per level; returns the JSON-ready summary."""
+    # Rendering to arrays needs no display or sound; keep SDL (classic control) from probing for them.
+    for key, value in (("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy"), ("PYGAME_HIDE_SUPPORT_PROMPT", "1")):
+        os.environ.setdefault(key, value)
+    if episodes < 1:
+        raise ConfigError(f"--episodes is {episodes}: it must be at least 1")
+    cfg, path, state = load_run(logdir, checkpoint_path)
+    torch.manual_seed(seed)
+    results = {}
+    for level in cfg.levels:
+        spec = probe(level, cfg)
+        agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size)
+        agent.load_state_dict(state["learner"]["agent"])
+        agent.eval()
+        n = min(episodes, _MAX_PARALLEL)
+        render = video is not None and level == cfg.levels[0]
+        env = GymBatch(level, lambda s: make_single(level, s, cfg, render_mode="rgb_array" if render else None),
+                       [seed + j for j in range(n)], spec.frames_per_step, cfg.episodic_life)
+        quota = [math.ceil(episodes / n)] * n  # every env plays its share: no bias toward short games
+        returns: list[float] = []
+        lengths: list[int] = []
+        writer = open_video(video, fps=15 if spec.frames_per_step == 4 else 50) if render else None
+        try:
+            out = env.reset()
+            done = np.ones(n, dtype=bool)  # the first observation starts an episode
+            last_action = torch.zeros(n, dtype=torch.long)
+            core = agent.initial_state(n)
+            while len(returns) < episodes:
+                reward = clip_rewards(torch.from_numpy(out.reward), cfg.reward_clipping)
+                # The core state is carried across steps and reset (inside the agent) where done.
+                agent_out, core = agent(torch.from_numpy(out.obs)[None], last_action[None], reward[None],
+                                        torch.from_numpy(done)[None], core, greedy=greedy)
+                last_action = agent_out.action[0]
+                if writer is not None:
+                    writer.append_data(env.render(0))
+                out = env.step(last_action.numpy())
+                if writer is not None and out.episode_end[0]:
+                    writer.close()  # the video shows env 0's first whole game
+                    writer = None
+                done = out.terminated | out.truncated
+                for j in np.flatnonzero(out.episode_end):
+                    if quota[j] > 0 and len(returns) < episodes:
+                        quota[j] -= 1
+                        returns.append(float(out.episode_return[j]))
+                        lengths.append(int(out.episode_frames[j]))
+        finally:
+            if writer is not None:
+                writer.close()
+            env.close()
+        results[level] = {"episodes": len(returns), "return": _summary(returns), "length_frames": _summary(lengths)}
+    summary = {"checkpoint": path, "frames": int(state["learner"]["frames"]), "greedy": greedy, "levels": results}
+    if video is not None:
+        summary["video"] = video
+    return summary
+
+
+def open_video(path: str, fps: int):
+    """An H.264 MP4 writer through imageio-ffmpeg, whose wheel ships the ffmpeg binary."""
+    import imageio.v2 as imageio
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, quality=7)

@@ -1,0 +1,188 @@
+"""Checkpoints: atomic files, exact state round trip, resume after SIGKILL, corrupt files, bad configs."""
+
+import copy
+import dataclasses
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from pronghorn import checkpoint
+from pronghorn.config import Config
+from pronghorn.learner import Learner
+from pronghorn.logs import trim_csv
+from pronghorn.models import Agent
+from pronghorn.records import Unroll, unroll_spec
+from tests.helpers import assert_no_leaks
+from tests.test_train import CLI, ENV, read_csv
+
+
+def _batches(n, T=5, B=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    spec = unroll_spec(T, B, (4,), np.float32, 2, 0)
+    out = []
+    for _ in range(n):
+        fields = {}
+        for name, (shape, dtype) in zip(Unroll._fields, spec):
+            t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+            if t.is_floating_point():
+                t.normal_(generator=g)
+            fields[name] = t
+        fields["action"] = torch.randint(0, 2, fields["action"].shape, generator=g)
+        fields["terminated"] = torch.rand(fields["terminated"].shape, generator=g) < 0.1
+        out.append(Unroll(**fields))
+    return out
+
+
+def _learner(cfg):
+    torch.manual_seed(0)
+    return Learner(cfg, Agent((4,), 2), frames_per_step=1)
+
+
+def test_resumed_learner_matches_one_run_straight_through(tmp_path):
+    torch.set_num_threads(1)
+    cfg = Config(total_frames=400).for_observations(image=False)
+    batches = _batches(6)
+    straight = _learner(cfg)
+    for b in batches:
+        straight.step(b)
+
+    first = _learner(cfg)
+    for b in batches[:3]:
+        first.step(b)
+    lr_at_boundary = first.learning_rate()
+    path = checkpoint.save(str(tmp_path), {"config": {}, "learner": first.state_dict(), "rng": {}, "stats": {}}, first.frames)
+    resumed = Learner(cfg, Agent((4,), 2), frames_per_step=1)  # fresh weights, fresh optimizer
+    resumed.load_state_dict(checkpoint.load(path)["learner"])
+    assert resumed.steps == 3 and resumed.frames == first.frames
+    assert resumed.learning_rate() == lr_at_boundary < cfg.learning_rate  # the schedule continues, it does not restart
+    for b in batches[3:]:
+        resumed.step(b)
+
+    assert resumed.steps == straight.steps and resumed.frames == straight.frames
+    for a, b in zip(straight.agent.parameters(), resumed.agent.parameters()):
+        assert torch.equal(a, b)
+    sa, sb = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    for key in sa:
+        for name in sa[key]:
+            assert torch.equal(torch.as_tensor(sa[key][name]), torch.as_tensor(sb[key][name])), (key, name)
+
+
+def test_save_keeps_the_last_k_and_latest_names_the_newest(tmp_path):
+    for frames in (10, 20, 30, 40):
+        checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": frames}, "rng": {}, "stats": {}}, frames, keep=3)
+    names = sorted(os.listdir(tmp_path / "checkpoints"))
+    assert names == ["ckpt-000000000020.pt", "ckpt-000000000030.pt", "ckpt-000000000040.pt", "latest"]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "ckpt-000000000040.pt"
+    assert not glob.glob(str(tmp_path / "checkpoints" / "*.tmp-*"))
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    for frames in (10, 20):
+        checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": frames}, "rng": {}, "stats": {}}, frames)
+    newest = tmp_path / "checkpoints" / "ckpt-000000000020.pt"
+    newest.write_bytes(newest.read_bytes()[:100])
+    with caplog.at_level("WARNING"):
+        path, state = checkpoint.load_latest(str(tmp_path))
+    assert path.endswith("ckpt-000000000010.pt") and state["learner"]["frames"] == 10
+    assert "ckpt-000000000020.pt" in caplog.text
+
+
+def test_trim_csv_drops_rows_past_the_checkpoint_and_half_written_ones(tmp_path):
+    path = tmp_path / "episodes.csv"
+    path.write_text("frames,level,episode_return\n10,a,1.0\n20,a,2.0\n30,a,3.0\n40,a")
+    assert trim_csv(str(path), 25) == 2
+    assert path.read_text().splitlines() == ["frames,level,episode_return", "10,a,1.0", "20,a,2.0"]
+
+
+def _train(logdir, *flags, timeout=300):
+    return subprocess.run(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags],
+                          capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_the_target(tmp_path):
+    logdir = tmp_path / "killed"
+    command = CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--checkpoint-secs", "1"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ckpts = glob.glob(str(logdir / "checkpoints" / "ckpt-*.pt"))
+            if ckpts and max(int(p[-15:-3]) for p in ckpts) >= 60_000:
+                break
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    path, state = checkpoint.load_latest(str(logdir))
+    killed_at = state["learner"]["frames"]
+    assert killed_at >= 60_000
+    with open(logdir / "episodes.csv", newline="") as f:  # as the crash left it (maybe a half row at the end)
+        import csv
+
+        covered = [r for r in csv.DictReader(f) if None not in r.values() and int(r["frames"]) <= killed_at]
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=ENV)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {path}" in again.stdout and "solved" in again.stdout
+    metrics = read_csv(logdir / "metrics.csv")
+    frames = [int(r["frames"]) for r in metrics]
+    assert frames == sorted(frames) and frames[-1] > killed_at
+    assert any(int(r["frames"]) <= killed_at for r in metrics) and any(int(r["frames"]) > killed_at for r in metrics)
+    steps = [int(r["learner_steps"]) for r in metrics]
+    assert steps == sorted(steps)  # learner steps continue from the checkpoint, not from 0
+    episodes = read_csv(logdir / "episodes.csv")
+    assert all(None not in r.values() and len(r) == 5 for r in episodes)
+    # Nothing the checkpoint covers is lost or repeated; everything after it is new.
+    assert episodes[: len(covered)] == covered
+    assert all(int(r["frames"]) > killed_at for r in episodes[len(covered):])
+    assert [int(r["frames"]) for r in episodes] == sorted(int(r["frames"]) for r in episodes)
+    last = [float(r["episode_return"]) for r in episodes[-100:]]
+    assert sum(last) / len(last) >= 475
+    assert_no_leaks()
+
+
+def test_raising_the_budget_resumes_and_the_lr_schedule_continues(tmp_path):
+    logdir = tmp_path / "budget"
+    first = _train(logdir, "--total-frames", "30k", "--stop-at-return", "1e9")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = _train(logdir, "--total-frames", "60k", "--stop-at-return", "1e9")
+    assert second.returncode == 0 and "resumed from" in second.stdout, second.stderr[-2000:]
+    metrics = read_csv(logdir / "metrics.csv")
+    after = [r for r in metrics if int(r["frames"]) > 30_000]
+    assert after and int(after[0]["learner_steps"]) > 90  # ~94 steps were done before the restart
+    # lr = 3e-3 * (1 - frames / 60k): continuing from 30k frames it starts near 1.5e-3, not at 3e-3.
+    assert float(after[0]["learning_rate"]) < 1.6e-3
+    assert json.loads((logdir / "config.json").read_text())["total_frames"] == 60_000
+
+
+def test_incompatible_flags_and_checkpoints_are_refused_with_exit_2(tmp_path):
+    logdir = tmp_path / "compat"
+    assert _train(logdir, "--total-frames", "10k").returncode == 0
+    proc = _train(logdir, "--total-frames", "20k", "--hidden-size", "32")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "--hidden-size is 32 here but 64 in the run" in lines[0] and "--restart" in lines[0]
+    # A checkpoint that no longer fits the agent (config.json edited by hand) is refused too.
+    path, state = checkpoint.load_latest(str(logdir))
+    state["config"]["hidden_size"] = 32
+    torch.save(state, path)
+    proc = _train(logdir, "--total-frames", "20k", "--hidden-size", "32")
+    assert proc.returncode == 2 and "does not fit this agent" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_restart_moves_the_old_run_aside(tmp_path):
+    logdir = tmp_path / "again"
+    assert _train(logdir, "--total-frames", "10k").returncode == 0
+    proc = _train(logdir, "--total-frames", "10k", "--restart")
+    assert proc.returncode == 0 and "resumed" not in proc.stdout
+    previous = glob.glob(str(logdir / "previous-*"))
+    assert len(previous) == 1 and os.path.exists(os.path.join(previous[0], "episodes.csv"))
+    assert glob.glob(os.path.join(previous[0], "checkpoints", "ckpt-*.pt"))

@@ -1,0 +1,59 @@
+"""evaluate, plot and status on a real trained CartPole run (trained once for this module)."""
+
+import json
+import subprocess
+
+import imageio.v2 as imageio
+import pytest
+
+import pronghorn
+from pronghorn.plot import plot_runs
+from tests.helpers import assert_no_leaks
+from tests.test_train import CLI, ENV
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("trained") / "cartpole"
+    result = pronghorn.train(pronghorn.Config(logdir=str(logdir), progress=False))
+    assert result.solved, result
+    assert_no_leaks()
+    return logdir
+
+
+def test_evaluate_greedy_solves_cartpole_and_writes_a_readable_mp4(trained, tmp_path):
+    video = tmp_path / "eval.mp4"
+    proc = subprocess.run(CLI + ["evaluate", "--logdir", str(trained), "--episodes", "10", "--greedy", "--video", str(video)],
+                          capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    stats = summary["levels"]["CartPole-v1"]
+    assert stats["episodes"] == 10 and stats["return"]["mean"] >= 450
+    assert set(stats["return"]) == {"mean", "std", "min", "max"} and set(stats["length_frames"]) == {"mean", "std", "min", "max"}
+    assert summary["frames"] > 0 and summary["checkpoint"].endswith(".pt") and summary["greedy"] is True
+    reader = imageio.get_reader(str(video))
+    frames = [f for f in reader]
+    assert reader.get_meta_data()["codec"] == "h264"
+    assert len(frames) >= 100 and frames[0].ndim == 3 and frames[0].shape[2] == 3
+
+
+def test_evaluate_rejects_a_folder_without_a_run(tmp_path):
+    proc = subprocess.run(CLI + ["evaluate", "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=120, env=ENV)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "no config.json" in lines[0]
+
+
+def test_plot_writes_a_png_of_the_expected_size_with_groups(trained, tmp_path):
+    out = plot_runs([str(trained)], str(tmp_path / "one.png"), size=(6, 4), dpi=100)
+    assert imageio.imread(out).shape[:2] == (400, 600)
+    # Two runs with the same folder name become one mean line with a band.
+    out = subprocess.run(CLI + ["plot", str(trained), str(trained), "-o", str(tmp_path / "two.png"), "--x", "wall"],
+                         capture_output=True, text=True, timeout=120, env=ENV)
+    assert out.returncode == 0, out.stderr
+    assert imageio.imread(tmp_path / "two.png").shape[:2] == (400, 600)
+
+
+def test_status_reports_frames_checkpoint_and_returns(trained):
+    proc = subprocess.run(CLI + ["status", str(trained)], capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "frames " in proc.stdout and "ckpt-" in proc.stdout and "CartPole-v1: mean of last 100" in proc.stdout
