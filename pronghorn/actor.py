@@ -98,13 +98,16 @@ def run_actor(
     E, T = cfg.envs_per_actor, cfg.unroll_length
     views = [Unroll(*(t.numpy() for t in slot)) for slot in slots]  # same memory, numpy access
 
+    no_reward, no_done = torch.zeros(1, E), torch.zeros(1, E, dtype=torch.bool)
+
     @torch.no_grad()
     def act(env_out, last_action, core):
+        obs = torch.from_numpy(env_out.obs)
+        if not agent.use_lstm:  # only the LSTM core reads these; skipping them is measurable per step
+            return agent(obs[None], last_action[None], no_reward, no_done, core)
         done = torch.from_numpy(env_out.terminated | env_out.truncated)
         reward = clip_rewards(torch.from_numpy(env_out.reward), cfg.reward_clipping)
-        obs = torch.from_numpy(env_out.obs)
-        out, new_core = agent(obs[None], last_action[None], reward[None], done[None], core)
-        return out, new_core
+        return agent(obs[None], last_action[None], reward[None], done[None], core)
 
     @torch.no_grad()
     def truncation_values(env_out, last_action, core) -> np.ndarray:
@@ -114,12 +117,11 @@ def run_actor(
         if not env_out.truncated.any():
             return values
         idx = np.flatnonzero(env_out.truncated)
-        if idx.size:
-            sel = torch.from_numpy(idx)
-            obs = torch.from_numpy(env_out.final_obs[idx])
-            reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), cfg.reward_clipping)
-            out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel])
-            values[idx] = out.baseline[0].numpy()
+        sel = torch.from_numpy(idx)
+        obs = torch.from_numpy(env_out.final_obs[idx])
+        reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), cfg.reward_clipping)
+        out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel])
+        values[idx] = out.baseline[0].numpy()
         return values
 
     env_out = env.reset()

@@ -59,7 +59,8 @@ class Learner:
         )
         pg = policy_gradient_loss(logits, actions, vt.pg_advantages)
         bl = cfg.baseline_cost * baseline_loss(vt.vs, values)
-        ent = cfg.entropy_cost * entropy_loss(logits)
+        neg_entropy = entropy_loss(logits)
+        ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
 
         for group in self.optimizer.param_groups:
@@ -73,8 +74,7 @@ class Learner:
         self.frames += t * b * self.frames_per_step
         self.steps += 1
         lag = (self.steps - 1 - batch.policy_version).float()  # updates between acting and this update
-        with torch.no_grad():
-            entropy = -entropy_loss(logits).item() / (t * b)
+        entropy = -neg_entropy.item() / (t * b)  # mean per-step policy entropy
         return {
             "total_loss": total.item(),
             "pg_loss": pg.item(),
