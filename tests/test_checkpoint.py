@@ -147,7 +147,36 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
     assert [int(r["frames"]) for r in episodes] == sorted(int(r["frames"]) for r in episodes)
     last = [float(r["episode_return"]) for r in episodes[-100:]]
     assert sum(last) / len(last) >= 475
+    # TensorBoard: events the killed run wrote past the checkpoint are purged, so the timeline is one line.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = [e.step for e in EventAccumulator(str(logdir)).Reload().Scalars("learner/learning_rate")]
+    assert steps == sorted(set(steps)) and steps[-1] > killed_at
     assert_no_leaks()
+
+
+def test_sigterm_checkpoints_and_exits_within_10_seconds(tmp_path):
+    logdir = tmp_path / "terminated"
+    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--total-frames", "100M",
+                                   "--stop-at-return", "1e9"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert not glob.glob(str(logdir / "checkpoints" / "ckpt-*.pt"))  # none yet: --checkpoint-secs is 600
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # to the learner only, as a scheduler or `kill` would
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted after" in out, err[-2000:]
+    assert took < 10, took
+    path, state = checkpoint.load_latest(str(logdir))
+    assert path is not None and state["learner"]["frames"] > 0
+    assert_no_leaks(owners=(proc.pid,))
 
 
 def test_raising_the_budget_resumes_and_the_lr_schedule_continues(tmp_path):
