@@ -12,13 +12,13 @@ import math
 import re
 import signal
 import sys
-from typing import Optional, Sequence
+from typing import NoReturn, Optional, Sequence
 
 USAGE = "usage: pronghorn {train,evaluate,plot,status} [--help] ..."
 _BOX = re.compile(r"[\u2500-\u257f]")  # box-drawing characters tyro frames its messages with
 
 
-def fail(message: str, code: int = 2) -> "NoReturn":  # noqa: F821
+def fail(message: str, code: int = 2) -> NoReturn:
     print(f"pronghorn: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 

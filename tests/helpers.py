@@ -5,7 +5,9 @@ ran (reparented to init, or whose parent is one of `owners`), and shared-memory 
 this process or one of `owners` (segments are named pronghorn-<creator pid>-...).
 """
 
+import csv
 import os
+import sys
 import time
 
 import psutil
@@ -49,3 +51,12 @@ def assert_no_leaks(owners=(), timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"leaked processes {[(p.pid, p.name()) for p in procs]} and segments {segments}")
         time.sleep(0.2)
+
+
+CLI = [sys.executable, "-m", "pronghorn.cli"]
+ENV = {**os.environ, "PYTHONPATH": os.getcwd()}  # spawned actors import tests.flaky_env from the repo root
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))

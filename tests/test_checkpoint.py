@@ -1,7 +1,5 @@
 """Checkpoints: atomic files, exact state round trip, resume after SIGKILL, corrupt files, bad configs."""
 
-import copy
-import dataclasses
 import glob
 import json
 import os
@@ -10,7 +8,6 @@ import subprocess
 import time
 
 import numpy as np
-import pytest
 import torch
 
 from pronghorn import checkpoint
@@ -19,8 +16,7 @@ from pronghorn.learner import Learner
 from pronghorn.logs import trim_csv
 from pronghorn.models import Agent
 from pronghorn.records import Unroll, unroll_spec
-from tests.helpers import assert_no_leaks
-from tests.test_train import CLI, ENV, read_csv
+from tests.helpers import CLI, ENV, assert_no_leaks, read_csv
 
 
 def _batches(n, T=5, B=4, seed=0):

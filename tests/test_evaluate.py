@@ -8,8 +8,7 @@ import pytest
 
 import pronghorn
 from pronghorn.plot import plot_runs
-from tests.helpers import assert_no_leaks
-from tests.test_train import CLI, ENV
+from tests.helpers import CLI, ENV, assert_no_leaks
 
 
 @pytest.fixture(scope="module")

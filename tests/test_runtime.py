@@ -2,7 +2,6 @@
 
 import multiprocessing as mp
 import queue
-import threading
 import time
 
 import numpy as np

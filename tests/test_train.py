@@ -1,26 +1,16 @@
 """End to end: `pronghorn.train` and `pronghorn train` with real actors, files, signals and bad input."""
 
-import csv
 import glob
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 import pronghorn
-from tests.helpers import assert_no_leaks
-
-CLI = [sys.executable, "-m", "pronghorn.cli"]
-ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from tests.helpers import CLI, ENV, assert_no_leaks, read_csv
 
 
 def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):

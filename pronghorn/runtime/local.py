@@ -17,8 +17,6 @@ import time
 import traceback
 from typing import Optional
 
-import numpy as np
-
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
@@ -141,10 +139,6 @@ class LocalRuntime:
             p.start()
             self.actors.append(p)
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def alive(self) -> int:
         return sum(p.is_alive() for p in self.actors)
 
@@ -196,6 +190,3 @@ class LocalRuntime:
 
     def unroll_slots(self) -> list[Unroll]:
         return self.slots.slots
-
-    def counters_array(self) -> np.ndarray:
-        return self.counters.array

@@ -6,6 +6,7 @@ creating process owns and unlinks them; other processes attach through a picklab
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from multiprocessing import resource_tracker, shared_memory
@@ -63,8 +64,6 @@ class SegmentHandle(NamedTuple):
 
 def reap_orphaned_segments() -> list[str]:
     """Unlink segments whose creating process is gone (a learner killed with SIGKILL cannot clean up)."""
-    import os
-
     reaped = []
     try:
         names = os.listdir("/dev/shm")
@@ -90,8 +89,6 @@ def reap_orphaned_segments() -> list[str]:
 
 
 def new_token() -> str:
-    import os
-
     return f"{SHM_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
 
 
