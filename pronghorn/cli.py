@@ -66,7 +66,7 @@ def _write_curve(logdir: str) -> str:
 def cmd_train(argv: Sequence[str]) -> int:
     from pronghorn.config import ConfigError
     from pronghorn.runtime import WorkerError, tune_learner_process
-    from pronghorn.train import train
+    from pronghorn.train import NonFiniteError, train
 
     cfg = parse_config(argv)
     tune_learner_process()
@@ -76,7 +76,7 @@ def cmd_train(argv: Sequence[str]) -> int:
         result = train(cfg)
     except ConfigError as exc:
         fail(str(exc))
-    except (WorkerError, TimeoutError) as exc:
+    except (WorkerError, TimeoutError, NonFiniteError) as exc:
         fail(f"training stopped: {exc}", code=1)
     curve = _write_curve(result.logdir)
     ret = "n/a" if math.isnan(result.mean_return) else f"{result.mean_return:.2f}"

@@ -56,7 +56,7 @@ FrameCount = Annotated[
 # agent, the data or the objective, and must match the checkpoint.
 RESUMABLE_CHANGES = frozenset(
     {"total_frames", "logdir", "log_interval", "checkpoint_secs", "keep_checkpoints", "progress", "timeout", "device",
-     "learner_threads", "stop_at_return", "restart", "num_buffers"}
+     "learner_threads", "stop_at_return", "restart", "num_buffers", "max_bad_updates", "max_env_failures"}
 )
 
 
@@ -69,6 +69,8 @@ class Config:
     """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5). Actor i plays this level."""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
     """How environments are stepped: `gymnasium` (any id; Atari through ale-py) or `envpool` (Atari only)."""
+    max_env_failures: int = 5
+    """Stop training when one environment raises this many times in a row (each failure is logged, the env recreated)."""
     sticky_actions: float = 0.25
     """Atari: probability that the previous action is repeated at each emulator frame (0.25 as in ALE v5)."""
     episodic_life: bool = True
@@ -117,6 +119,8 @@ class Config:
     """Weight of the entropy regulariser."""
     reward_clipping: Literal["abs_one", "soft_asymmetric", "none"] = "abs_one"
     """Reward clipping applied in the learner (actors and statistics see raw rewards)."""
+    max_bad_updates: int = 10
+    """Stop training (with a checkpoint of the last good state) after this many updates in a row with a non-finite loss or gradient; each is skipped."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Learner device; `auto` takes CUDA when available. Actors always run on CPU."""
     learner_threads: int = 0
@@ -177,6 +181,8 @@ class Config:
         need(self.learner_threads >= 0, f"--learner-threads is {self.learner_threads}: use 0 for automatic or a positive count")
         need(self.log_interval > 0, f"--log-interval is {self.log_interval}: it must be positive (seconds)")
         need(self.checkpoint_secs > 0, f"--checkpoint-secs is {self.checkpoint_secs}: it must be positive (seconds)")
+        need(self.max_bad_updates >= 1, f"--max-bad-updates is {self.max_bad_updates}: it must be at least 1")
+        need(self.max_env_failures >= 1, f"--max-env-failures is {self.max_env_failures}: it must be at least 1")
         need(self.keep_checkpoints >= 1, f"--keep-checkpoints is {self.keep_checkpoints}: keep at least 1")
         need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
         for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):

@@ -27,6 +27,8 @@ class Learner:
         )
         self.frames = 0
         self.steps = 0  # updates done; also the version of the weights published after each update
+        self.skipped_updates = 0  # non-finite loss or gradient: not applied
+        self.bad_updates_in_a_row = 0
 
     def learning_rate(self) -> float:
         """IMPALA's schedule: linear from --learning-rate to 0 over --total-frames."""
@@ -67,13 +69,22 @@ class Learner:
             group["lr"] = self.learning_rate()
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.grad_norm_clip)
-        self.optimizer.step()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.grad_norm_clip))
+        # A non-finite loss or gradient would poison the weights (and RMSProp's statistics) for good:
+        # skip the update. The batch still counts as consumed frames.
+        finite = math.isfinite(total.item()) and math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+            self.bad_updates_in_a_row = 0
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad_updates_in_a_row += 1
+            self.skipped_updates += 1
 
         t, b = actions.shape
         self.frames += t * b * self.frames_per_step
-        self.steps += 1
-        lag = (self.steps - 1 - batch.policy_version).float()  # updates between acting and this update
+        lag = (self.steps - batch.policy_version).float()  # updates between acting and this update
+        self.steps += int(finite)
         entropy = -neg_entropy.item() / (t * b)  # mean per-step policy entropy
         return {
             "total_loss": total.item(),
@@ -81,12 +92,12 @@ class Learner:
             "baseline_loss": bl.item(),
             "entropy_loss": ent.item(),
             "entropy": entropy,
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "learning_rate": self.learning_rate(),
             "policy_lag_min": lag.min().item(),
             "policy_lag_mean": lag.mean().item(),
             "policy_lag_max": lag.max().item(),
-            "finite": float(math.isfinite(total.item())),
+            "skipped_updates": float(self.skipped_updates),
         }
 
     def state_dict(self) -> dict:

@@ -35,6 +35,10 @@ log = logging.getLogger("pronghorn")
 _SEED_STRIDE = 100_003
 
 
+class NonFiniteError(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient."""
+
+
 class TrainResult(NamedTuple):
     logdir: str
     frames: int
@@ -224,6 +228,11 @@ def train(cfg: Config) -> TrainResult:
         while learner.frames < cfg.total_frames and not stats.reached(target):
             staged = staging.next()
             metrics = learner.step(staged.data)
+            if learner.bad_updates_in_a_row >= cfg.max_bad_updates:
+                raise NonFiniteError(
+                    f"{learner.bad_updates_in_a_row} updates in a row had a non-finite loss or gradient (skipped); "
+                    f"the last good state is checkpointed in {checkpoint.folder(logdir)}. Check the rewards and observations, or lower --learning-rate"
+                )
             runtime.weights.publish(agent, learner.steps)  # weights back to the actors
             done = finished_episodes(staged.data, learner.frames, cfg.levels, time.time())
             logger.episodes(done)

@@ -45,6 +45,21 @@ class LivesEnv(gym.Env):
         return np.full(1, self.t, np.float32), 1.0, self.lives == 0, False, {"lives": self.lives}
 
 
+class NaNRewardCartPole(CartPoleEnv):
+    """CartPole whose rewards turn NaN after `good_steps` steps of an env (a sensor gone bad)."""
+
+    def __init__(self, good_steps: int = 1500, **kwargs):
+        super().__init__(**kwargs)
+        self.good_steps, self.calls = good_steps, 0
+
+    def step(self, action):
+        self.calls += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, (float("nan") if self.calls > self.good_steps else reward), terminated, truncated, info
+
+
+gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500)
+gym.register("AlwaysFailing-v0", entry_point=FlakyCartPole, kwargs={"fail_every": 1}, max_episode_steps=500)
 gym.register("FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)
 gym.register("BrokenReset-v0", entry_point=BrokenReset, max_episode_steps=500)
 gym.register("Lives-v0", entry_point=LivesEnv)

@@ -60,3 +60,39 @@ ENV = {**os.environ, "PYTHONPATH": os.getcwd()}  # spawned actors import tests.f
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def run_cli(args, timeout: float = 300):
+    """Run `pronghorn ARGS` to completion; returns (process, stdout, stderr). The process keeps its pid for leak checks."""
+    import subprocess
+
+    proc = subprocess.Popen(CLI + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, out, err
+
+
+def synthetic_batches(n, T=5, B=4, seed=0):
+    """Random time-major CartPole-shaped batches [T+1, B] for learner tests (10% episode ends)."""
+    import numpy as np
+    import torch
+
+    from pronghorn.records import Unroll, unroll_spec
+
+    g = torch.Generator().manual_seed(seed)
+    spec = unroll_spec(T, B, (4,), np.float32, 2, 0)
+    out = []
+    for _ in range(n):
+        fields = {}
+        for name, (shape, dtype) in zip(Unroll._fields, spec):
+            t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+            if t.is_floating_point():
+                t.normal_(generator=g)
+            fields[name] = t
+        fields["action"] = torch.randint(0, 2, fields["action"].shape, generator=g)
+        fields["terminated"] = torch.rand(fields["terminated"].shape, generator=g) < 0.1
+        out.append(Unroll(**fields))
+    return out

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import torch
 
 from pronghorn import checkpoint
@@ -15,25 +14,7 @@ from pronghorn.config import Config
 from pronghorn.learner import Learner
 from pronghorn.logs import trim_csv
 from pronghorn.models import Agent
-from pronghorn.records import Unroll, unroll_spec
-from tests.helpers import CLI, ENV, assert_no_leaks, read_csv
-
-
-def _batches(n, T=5, B=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    spec = unroll_spec(T, B, (4,), np.float32, 2, 0)
-    out = []
-    for _ in range(n):
-        fields = {}
-        for name, (shape, dtype) in zip(Unroll._fields, spec):
-            t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
-            if t.is_floating_point():
-                t.normal_(generator=g)
-            fields[name] = t
-        fields["action"] = torch.randint(0, 2, fields["action"].shape, generator=g)
-        fields["terminated"] = torch.rand(fields["terminated"].shape, generator=g) < 0.1
-        out.append(Unroll(**fields))
-    return out
+from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, synthetic_batches
 
 
 def _learner(cfg):
@@ -44,7 +25,7 @@ def _learner(cfg):
 def test_resumed_learner_matches_one_run_straight_through(tmp_path):
     torch.set_num_threads(1)
     cfg = Config(total_frames=400).for_observations(image=False)
-    batches = _batches(6)
+    batches = synthetic_batches(6)
     straight = _learner(cfg)
     for b in batches:
         straight.step(b)

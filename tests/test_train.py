@@ -8,9 +8,10 @@ import subprocess
 import time
 
 import pytest
+import torch
 
 import pronghorn
-from tests.helpers import CLI, ENV, assert_no_leaks, read_csv
+from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, run_cli
 
 
 def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):
@@ -134,4 +135,26 @@ def test_a_failing_actor_stops_training_with_one_line_and_no_leftovers(tmp_path)
     assert proc.returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("pronghorn: error: training stopped: actor") and "BrokenReset-v0" in last and "reset is broken" in last
+    assert_no_leaks(owners=(proc.pid,))
+
+
+def test_non_finite_updates_are_skipped_then_training_stops_with_the_last_good_state(tmp_path):
+    logdir = tmp_path / "nan"
+    proc, _, err = run_cli(["train", "--env", "tests.flaky_env:NaNRewardCartPole-v0", "--logdir", str(logdir), "--no-progress",
+                            "--log-interval", "0.2", "--max-bad-updates", "5"])
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "5 updates in a row had a non-finite loss or gradient" in last, err[-2000:]
+    from pronghorn import checkpoint
+
+    _, state = checkpoint.load_latest(str(logdir))
+    assert state["learner"]["steps"] > 0
+    assert all(torch.isfinite(v).all() for v in state["learner"]["agent"].values())  # the last good weights
+    assert_no_leaks(owners=(proc.pid,))
+
+
+def test_an_env_failing_in_a_row_stops_training_instead_of_spinning(tmp_path):
+    proc, _, err = run_cli(["train", "--env", "tests.flaky_env:AlwaysFailing-v0", "--logdir", str(tmp_path / "fail"), "--no-progress",
+                            "--max-env-failures", "3"])
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "failed 3 times in a row (--max-env-failures 3)" in last and "AlwaysFailing-v0" in last, err[-2000:]
     assert_no_leaks(owners=(proc.pid,))

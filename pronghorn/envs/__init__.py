@@ -34,7 +34,7 @@ def make_batched(level: str, seeds: list[int], cfg: Config) -> BatchedEnv:
         from pronghorn.envs.envpool_batch import EnvpoolBatch
 
         return EnvpoolBatch(level, seeds, cfg)
-    return GymBatch(level, lambda seed: make_single(level, seed, cfg), seeds, frames_per_step(level), cfg.episodic_life)
+    return GymBatch(level, lambda seed: make_single(level, seed, cfg), seeds, frames_per_step(level), cfg.episodic_life, cfg.max_env_failures)
 
 
 def frames_per_step(level: str) -> int:

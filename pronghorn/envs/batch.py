@@ -79,10 +79,13 @@ class GymBatch:
     and `failures` goes up.
     """
 
-    def __init__(self, level: str, factory: Callable[[int], gym.Env], seeds: list[int], frames_per_step: int, episodic_life: bool):
+    def __init__(self, level: str, factory: Callable[[int], gym.Env], seeds: list[int], frames_per_step: int, episodic_life: bool,
+                 max_failures: int = 5):
         self.level = level
         self.num_envs = len(seeds)
         self.failures = 0
+        self._max_failures = max_failures
+        self._in_a_row = [0] * self.num_envs  # consecutive failures per env: a broken env must not spin forever
         self._factory = factory
         self._seeds = list(seeds)
         self._envs = [factory(seed) for seed in seeds]
@@ -97,6 +100,12 @@ class GymBatch:
 
     def _recover(self, j: int, exc: BaseException) -> None:
         self.failures += 1
+        self._in_a_row[j] += 1
+        if self._in_a_row[j] >= self._max_failures:
+            raise RuntimeError(
+                f"env {j} of level {self.level} failed {self._in_a_row[j]} times in a row (--max-env-failures "
+                f"{self._max_failures}); last error: {exc!r}"
+            )
         log.warning("env %d of level %s raised %r; recreating it (env failures so far: %d)", j, self.level, exc, self.failures)
         for attempt in range(_MAX_RECREATE_TRIES):
             try:
@@ -135,6 +144,7 @@ class GymBatch:
                 out.reward[j] = 0.0
                 out.terminated[j] = True  # abandoned: no bootstrap across it, no episode counted
                 continue
+            self._in_a_row[j] = 0
             out.reward[j] = reward
             life_lost = stats.step(j, float(reward), info.get("lives", 0))
             if terminated or truncated:

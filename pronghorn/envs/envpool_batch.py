@@ -23,6 +23,7 @@ class EnvpoolBatch:
         self.level = level
         self.num_envs = len(seeds)
         self.failures = 0
+        self._in_a_row = 0
         self._seed = seeds[0]
         self._cfg = cfg
         self._pool = self._make(self._seed)
@@ -71,12 +72,16 @@ class EnvpoolBatch:
             obs, reward, terminated, truncated, info = self._pool.step(actions.astype(np.int32, copy=False))
         except Exception as exc:  # noqa: BLE001 - the pool is recreated, its games abandoned
             self.failures += 1
+            self._in_a_row += 1
+            if self._in_a_row >= self._cfg.max_env_failures:
+                raise RuntimeError(f"envpool {self.level} failed {self._in_a_row} times in a row (--max-env-failures {self._cfg.max_env_failures}): {exc!r}") from exc
             log.warning("envpool %s raised %r; recreating the pool (env failures so far: %d)", self.level, exc, self.failures)
             self._pool.close()
             self._pool = self._make(self._seed + 1_000_003 * self.failures)
             self.reset()
             out.terminated[:] = True
             return out
+        self._in_a_row = 0
         ids = info["env_id"]
         out.obs[ids] = obs
         out.reward[ids] = reward
