@@ -131,6 +131,7 @@ def run_actor(
     agent_out, next_core = act(env_out, last_action, core)
     step = _Step(env_out, last_action, agent_out, core)
     row0_truncation = np.zeros(E, np.float32)
+    reported_failures = 0
     try:
         while not should_stop():
             slot = free.get()
@@ -153,7 +154,8 @@ def run_actor(
                 _write_row(buf, t, step, trunc_values)
                 core = next_core
             row0_truncation = trunc_values
-            counters[0] = env.failures
+            counters[0] += env.failures - reported_failures  # a replaced actor adds to its predecessor's count
+            reported_failures = env.failures
             counters[1] += 1
             counters[2] += T * E
             full.put(slot)  # the slot now belongs to the learner until staging hands it back

@@ -56,7 +56,7 @@ FrameCount = Annotated[
 # agent, the data or the objective, and must match the checkpoint.
 RESUMABLE_CHANGES = frozenset(
     {"total_frames", "logdir", "log_interval", "checkpoint_secs", "keep_checkpoints", "progress", "timeout", "device",
-     "learner_threads", "stop_at_return", "restart", "num_buffers", "max_bad_updates", "max_env_failures"}
+     "learner_threads", "stop_at_return", "restart", "num_buffers", "max_bad_updates", "max_env_failures", "max_actor_restarts"}
 )
 
 
@@ -69,6 +69,8 @@ class Config:
     """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5). Actor i plays this level."""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
     """How environments are stepped: `gymnasium` (any id; Atari through ale-py) or `envpool` (Atari only)."""
+    max_actor_restarts: int = 10
+    """Stop training if one actor process dies more than this many times within a minute (a crash loop); below that each dead actor is replaced."""
     max_env_failures: int = 5
     """Stop training when one environment raises this many times in a row (each failure is logged, the env recreated)."""
     sticky_actions: float = 0.25
@@ -96,7 +98,7 @@ class Config:
     batch_size: Optional[int] = None
     """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 32 (IMPALA) for image observations, 16 for vector ones."""
     num_buffers: Optional[int] = None
-    """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus one per actor."""
+    """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus two per actor."""
 
     # --- learner -------------------------------------------------------------------------------
     total_frames: FrameCount = 500_000
@@ -182,6 +184,7 @@ class Config:
         need(self.log_interval > 0, f"--log-interval is {self.log_interval}: it must be positive (seconds)")
         need(self.checkpoint_secs > 0, f"--checkpoint-secs is {self.checkpoint_secs}: it must be positive (seconds)")
         need(self.max_bad_updates >= 1, f"--max-bad-updates is {self.max_bad_updates}: it must be at least 1")
+        need(self.max_actor_restarts >= 0, f"--max-actor-restarts is {self.max_actor_restarts}: use 0 (never restart) or more")
         need(self.max_env_failures >= 1, f"--max-env-failures is {self.max_env_failures}: it must be at least 1")
         need(self.keep_checkpoints >= 1, f"--keep-checkpoints is {self.keep_checkpoints}: keep at least 1")
         need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
@@ -229,7 +232,7 @@ class Config:
 
     @property
     def buffer_slots(self) -> int:
-        return self.num_buffers if self.num_buffers is not None else 2 * self.batch_slots + self.num_actors
+        return self.num_buffers if self.num_buffers is not None else 2 * self.batch_slots + 2 * self.num_actors
 
     def resolved_logdir(self, stamp: str) -> str:
         if self.logdir:

@@ -33,8 +33,8 @@ class Staging:
     def __init__(
         self,
         slots: list[Unroll],
-        full_queue,
-        free_queue,
+        full,
+        free,
         batch_slots: int,
         device: torch.device,
         timeout: float,
@@ -42,7 +42,7 @@ class Staging:
         describe_producers: Callable[[], str],
     ):
         self._slots = slots
-        self._full, self._free = full_queue, free_queue
+        self._full, self._free = full, free  # get(timeout) -> full slot index; put(index) frees one
         self._batch_slots = batch_slots
         self._device = device
         self._timeout = timeout

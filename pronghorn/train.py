@@ -210,7 +210,7 @@ def train(cfg: Config) -> TrainResult:
         runtime.weights.publish(agent, learner.steps)  # actors start from the current weights
         runtime.start()
         staging = Staging(
-            runtime.unroll_slots(), runtime.full_queue, runtime.free_queue, cfg.batch_slots, device, cfg.timeout,
+            runtime.unroll_slots(), runtime.router, runtime.router, cfg.batch_slots, device, cfg.timeout,
             runtime.check_health, lambda: f"{runtime.alive()}/{cfg.num_actors} actors alive",
         )
         interval = _Interval(learner.frames)
@@ -219,7 +219,7 @@ def train(cfg: Config) -> TrainResult:
             row = interval.summary(learner.frames)
             row.update(
                 time=time.time() - start, learner_steps=learner.steps, full_queue_occupancy=runtime.full_occupancy(),
-                env_failures=runtime.env_failures(), episodes=stats.episodes, mean_return_100=stats.mean_return(),
+                env_failures=runtime.env_failures(), actor_restarts=runtime.restarts, episodes=stats.episodes, mean_return_100=stats.mean_return(),
             )
             logger.metrics(learner.frames, row)
             interval.reset(learner.frames)

@@ -58,6 +58,24 @@ class NaNRewardCartPole(CartPoleEnv):
         return obs, (float("nan") if self.calls > self.good_steps else reward), terminated, truncated, info
 
 
+class SegfaultingCartPole(CartPoleEnv):
+    """Kills its own process (as a segfault in native env code would) after `steps` steps."""
+
+    def __init__(self, steps: int = 300, **kwargs):
+        super().__init__(**kwargs)
+        self.steps, self.calls = steps, 0
+
+    def step(self, action):
+        self.calls += 1
+        if self.calls > self.steps:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+gym.register("SegfaultingCartPole-v0", entry_point=SegfaultingCartPole, max_episode_steps=500)
 gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500)
 gym.register("AlwaysFailing-v0", entry_point=FlakyCartPole, kwargs={"fail_every": 1}, max_episode_steps=500)
 gym.register("FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)

@@ -106,7 +106,7 @@ def test_actors_fill_slots_and_close_leaves_nothing_behind():
     rt = _runtime(Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4))
     try:
         rt.start()
-        seen = [rt.full_queue.get(timeout=60) for _ in range(4)]
+        seen = [rt.router.get(timeout=60) for _ in range(4)]
         slot = rt.unroll_slots()[seen[0]]
         # Row 0 of each later unroll repeats the previous unroll's last row; actions index logits.
         assert slot.obs.shape == (6, 4, 4) and torch.all(slot.action < 2) and torch.all(slot.level == 0)

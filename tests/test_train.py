@@ -27,7 +27,7 @@ def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):
     metrics = read_csv(logdir / "metrics.csv")
     assert metrics, "no metrics row"
     for key in ("fps", "learner_steps_per_s", "pg_loss", "baseline_loss", "entropy_loss", "entropy", "grad_norm", "policy_lag_min",
-                "policy_lag_mean", "policy_lag_max", "full_queue_occupancy", "learner_wait_s", "stage_s", "env_failures"):
+                "policy_lag_mean", "policy_lag_max", "full_queue_occupancy", "learner_wait_s", "stage_s", "env_failures", "actor_restarts", "skipped_updates"):
         assert key in metrics[-1], key
     assert float(metrics[-1]["policy_lag_min"]) >= 0
     frames = [int(r["frames"]) for r in metrics]

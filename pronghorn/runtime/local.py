@@ -1,13 +1,15 @@
-"""Single-machine runtime: actor processes, shared-memory slots, and free/full queues of slot indices.
+"""Single-machine runtime: actor processes, shared-memory slots, and slot indices over per-actor pipes.
 
-Only indices travel through the queues (MonoBeast's design): an actor takes a free index, fills that
-slot in place, and puts the index on the full queue; staging copies a batch of full slots out and puts
-their indices back on the free queue. The slot count bounds the full queue, so actors wait when the
-learner falls behind and memory never grows.
+Only indices travel (MonoBeast's design): an actor takes a free index, fills that slot in place and
+sends the index back; staging copies a batch of full slots out and frees their indices. The slot count
+bounds what can wait, so actors wait when the learner falls behind and memory never grows. The router
+(runtime/router.py) knows which slots each actor holds, so an actor that dies is replaced and its slots
+reclaimed; an actor that reports an error stops training.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing as mp
 import os
@@ -15,38 +17,19 @@ import queue
 import signal
 import time
 import traceback
-from typing import Optional
-
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
+from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
 
 log = logging.getLogger("pronghorn.runtime")
 
-_POLL = 0.5  # seconds between checks for a stop request while blocked on a queue
+_CRASH_WINDOW = 60.0  # seconds over which --max-actor-restarts counts restarts of one actor
 
 
 class WorkerError(RuntimeError):
     """An actor process failed; the message names the actor and its last error."""
-
-
-class _QueueSource:
-    """Free slot indices for an actor; None once training stops. Waits are bounded and named."""
-
-    def __init__(self, q, stop, timeout: float, who: str):
-        self._q, self._stop, self._timeout, self._who = q, stop, timeout, who
-
-    def get(self) -> Optional[int]:
-        waited = 0.0
-        while not self._stop.is_set():
-            try:
-                return self._q.get(timeout=_POLL)
-            except queue.Empty:
-                waited += _POLL
-                if waited >= self._timeout:
-                    raise TimeoutError(f"{self._who} waited {waited:.0f} s for a free slot: the learner is not consuming unrolls")
-        return None
 
 
 def _die_with_parent() -> None:
@@ -60,7 +43,7 @@ def _die_with_parent() -> None:
         pass  # not Linux: the stop event and the learner's close() still end actors normally
 
 
-def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_q, full_q, stop, errors, parent: int) -> None:
+def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_conn, full_conn, stop, errors, parent: int) -> None:
     """Entry point of an actor process (spawned: imports start clean, no inherited threads)."""
     _die_with_parent()
     if os.getppid() != parent:
@@ -90,7 +73,7 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
     counters = Counters(counter_handle, create=False)
     try:
         run_actor(
-            index, cfg, spec, slots.slots, _QueueSource(free_q, stop, cfg.timeout, f"actor {index}"), full_q, weights,
+            index, cfg, spec, slots.slots, PipeSource(free_conn, stop.is_set, cfg.timeout, f"actor {index}"), PipeSink(full_conn), weights,
             counters.row(index), stop.is_set,
         )
     except BaseException as exc:  # noqa: BLE001 - reported to the learner, which stops the run
@@ -117,68 +100,100 @@ class LocalRuntime:
         self.slots = SlotArray.create(self._token, self.num_slots, layout)
         self.weights = WeightStore.create(self._token, num_params)
         self.counters = Counters.create(self._token, cfg.num_actors)
-        self.free_queue = self._ctx.Queue()
-        self.full_queue = self._ctx.Queue()
+        # Two slots per actor (one filling, one queued) when there is room, so an actor never waits for the
+        # learner's reply between unrolls; one otherwise.
+        depth = 2 if self.num_slots - cfg.batch_slots >= 2 * cfg.num_actors else 1
+        self.router = SlotRouter(self.num_slots, cfg.num_actors, depth)
+        self.router.on_death = self._on_death
         self._errors = self._ctx.Queue()
         self._stop = self._ctx.Event()
-        for i in range(self.num_slots):
-            self.free_queue.put(i)
         self._spec = spec
-        self.actors: list = []
+        self.actors: list = [None] * cfg.num_actors
+        self.restarts = 0
+        self._restart_times = [collections.deque() for _ in range(cfg.num_actors)]
 
     def start(self) -> None:
         """Start the actors; call after the first weights are published."""
         for i in range(self.cfg.num_actors):
-            p = self._ctx.Process(
-                target=_actor_main,
-                name=f"pronghorn-actor-{i}",
-                args=(i, self.cfg, self._spec, self.slots.handles, self.weights.handle, self.counters.handle,
-                      self.free_queue, self.full_queue, self._stop, self._errors, os.getpid()),
-                daemon=True,
+            self._spawn(i)
+
+    def _spawn(self, i: int) -> None:
+        free_recv, free_send = self._ctx.Pipe(duplex=False)  # learner -> actor: free slots
+        full_recv, full_send = self._ctx.Pipe(duplex=False)  # actor -> learner: full slots
+        p = self._ctx.Process(
+            target=_actor_main,
+            name=f"pronghorn-actor-{i}",
+            args=(i, self.cfg, self._spec, self.slots.handles, self.weights.handle, self.counters.handle,
+                  free_recv, full_send, self._stop, self._errors, os.getpid()),
+            daemon=True,
+        )
+        p.start()
+        free_recv.close()  # the child has its own copies; ours would hide the other side's end of file
+        full_send.close()
+        self.actors[i] = p
+        self.router.connect(i, free_send, full_recv, p.sentinel)
+
+    def _reported_error(self, wait: float = 0.0) -> None:
+        try:
+            index, summary, trace = self._errors.get(timeout=wait) if wait else self._errors.get_nowait()
+        except queue.Empty:
+            return
+        log.error("actor %d failed:\n%s", index, trace)
+        raise WorkerError(f"actor {index} ({self.cfg.levels[index % len(self.cfg.levels)]}) failed: {summary}")
+
+    def _on_death(self, i: int) -> None:
+        """Called by the router (staging thread) when actor i's process ends."""
+        p = self.actors[i]
+        p.join(1.0)
+        if self._stop.is_set():
+            self.router.reclaim(i)
+            return
+        self._reported_error(wait=0.5)  # an actor that raised says so before it exits: that is fatal
+        level = self.cfg.levels[i % len(self.cfg.levels)]
+        lost = self.router.reclaim(i)
+        now = time.monotonic()
+        times = self._restart_times[i]
+        times.append(now)
+        while times and now - times[0] > _CRASH_WINDOW:
+            times.popleft()
+        if len(times) > self.cfg.max_actor_restarts:
+            raise WorkerError(
+                f"actor {i} ({level}) died {len(times)} times within {_CRASH_WINDOW:.0f} s (last exit code {p.exitcode}): "
+                f"a crash loop; see the log above, or raise --max-actor-restarts"
             )
-            p.start()
-            self.actors.append(p)
+        self.restarts += 1
+        log.warning("actor %d (%s) died with exit code %s; reclaimed slots %s, dropped its partial unroll; restarting it", i, level, p.exitcode, lost)
+        self._spawn(i)
 
     def alive(self) -> int:
-        return sum(p.is_alive() for p in self.actors)
+        return sum(p is not None and p.is_alive() for p in self.actors)
 
     def check_health(self) -> None:
-        """Raise WorkerError if an actor reported an error or died."""
-        try:
-            index, summary, trace = self._errors.get_nowait()
-        except queue.Empty:
-            pass
-        else:
-            log.error("actor %d failed:\n%s", index, trace)
-            raise WorkerError(f"actor {index} ({self.cfg.levels[index % len(self.cfg.levels)]}) failed: {summary}")
-        for i, p in enumerate(self.actors):
-            if not p.is_alive() and not self._stop.is_set():
-                raise WorkerError(f"actor {i} died with exit code {p.exitcode}")
+        """Raise WorkerError if an actor reported an error (deaths are handled by the router: restarts)."""
+        self._reported_error()
 
     def full_occupancy(self) -> float:
-        """Fraction of slots waiting in the full queue."""
-        try:
-            return self.full_queue.qsize() / self.num_slots
-        except NotImplementedError:  # macOS has no qsize
-            return float("nan")
+        """Fraction of slots full and waiting for the learner."""
+        return len(self.router.ready) / self.num_slots
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop and reap every actor, then free every shared segment. Safe to call twice."""
         self._stop.set()
+        actors = [p for p in self.actors if p is not None]
         deadline = time.monotonic() + timeout
-        for p in self.actors:
+        for p in actors:
             p.join(max(0.0, deadline - time.monotonic()))
-        for p in self.actors:
+        for p in actors:
             if p.is_alive():
                 p.terminate()
                 p.join(1.0)
             if p.is_alive():
                 os.kill(p.pid, signal.SIGKILL)
                 p.join(1.0)
-        self.actors = []
-        for q in (self.free_queue, self.full_queue, self._errors):
-            q.close()
-            q.cancel_join_thread()  # items left in a queue must not block our exit
+        self.actors = [None] * self.cfg.num_actors
+        self.router.close()
+        self._errors.close()
+        self._errors.cancel_join_thread()  # items left in the queue must not block our exit
         if self.slots is not None:
             self.slots.release()
             self.weights.release()

@@ -1,0 +1,139 @@
+"""Slot ownership between the learner and its actors, over one pair of pipes per actor.
+
+Why not two shared queues: a SIGKILLed actor can lose an index still sitting in `multiprocessing.Queue`'s
+feeder buffer, or die holding a shared queue's lock and deadlock every other actor. Here each pipe has
+a single writer and each message is 8 bytes (written atomically), so the learner always knows which
+slots an actor holds: those sent to it and not yet returned. When an actor dies, whatever it finished
+and sent is still read, and the slots it held go back to the free pool.
+
+The router is used from one thread only (staging's): `get()` hands out full slots, `put()` takes
+freed ones, and both keep the actors supplied.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import struct
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Callable, Optional
+
+_FMT = struct.Struct("<q")
+
+
+class PipeSource:
+    """Actor end: free slot indices from the learner; None once training stops."""
+
+    def __init__(self, conn: Connection, should_stop: Callable[[], bool], timeout: float, who: str):
+        self._conn, self._should_stop, self._timeout, self._who = conn, should_stop, timeout, who
+
+    def get(self) -> Optional[int]:
+        waited = 0.0
+        while not self._should_stop():
+            if self._conn.poll(0.5):
+                try:
+                    return _FMT.unpack(self._conn.recv_bytes())[0]
+                except EOFError:
+                    return None  # the learner is gone
+            waited += 0.5
+            if waited >= self._timeout:
+                raise TimeoutError(f"{self._who} waited {waited:.0f} s for a free slot: the learner is not consuming unrolls")
+        return None
+
+
+class PipeSink:
+    """Actor end: full slot indices back to the learner."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+
+    def put(self, index: int) -> None:
+        self._conn.send_bytes(_FMT.pack(index))
+
+
+class SlotRouter:
+    """Learner end. Every slot is in exactly one place: free, held by actor i, ready (full), or at the learner."""
+
+    def __init__(self, num_slots: int, num_actors: int, depth: int):
+        self.num_slots = num_slots
+        self.depth = depth  # slots an actor may hold at once: one it fills, the rest queued in its pipe
+        self.free: collections.deque[int] = collections.deque(range(num_slots))
+        self.ready: collections.deque[int] = collections.deque()
+        self.held: list[set[int]] = [set() for _ in range(num_actors)]
+        self.at_learner = 0
+        self._to_actor: list[Optional[Connection]] = [None] * num_actors
+        self._from_actor: list[Optional[Connection]] = [None] * num_actors
+        self._sentinels: dict[int, int] = {}  # process sentinel -> actor index
+        self.on_death: Callable[[int], None] = lambda index: None  # set by the runtime: decide, restart or raise
+
+    def connect(self, index: int, to_actor: Connection, from_actor: Connection, sentinel: int) -> None:
+        """Attach (or re-attach after a restart) actor `index`'s learner-side pipe ends and process sentinel."""
+        self._to_actor[index], self._from_actor[index] = to_actor, from_actor
+        self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
+        self._sentinels[sentinel] = index
+        self._supply(index)
+
+    def _supply(self, index: int) -> None:
+        conn = self._to_actor[index]
+        while conn is not None and self.free and len(self.held[index]) < self.depth:
+            slot = self.free.popleft()
+            self.held[index].add(slot)
+            conn.send_bytes(_FMT.pack(slot))
+
+    def _receive(self, index: int) -> None:
+        """Read every full slot actor `index` has sent (all complete messages, even after its death)."""
+        conn = self._from_actor[index]
+        try:
+            while conn is not None and conn.poll():
+                slot = _FMT.unpack(conn.recv_bytes())[0]
+                self.held[index].discard(slot)
+                self.ready.append(slot)
+        except (EOFError, OSError):
+            pass  # the writer is gone; what it sent completely has been read
+        self._supply(index)
+
+    def reclaim(self, index: int) -> list[int]:
+        """Actor `index` died: keep what it finished, free what it held (its partial unroll is dropped)."""
+        self._receive(index)
+        lost = sorted(self.held[index])
+        self.free.extend(lost)
+        self.held[index].clear()
+        for conn in (self._to_actor[index], self._from_actor[index]):
+            if conn is not None:
+                conn.close()
+        self._to_actor[index] = self._from_actor[index] = None
+        self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
+        return lost
+
+    def get(self, timeout: float) -> int:
+        """A full slot index (now at the learner); raises queue.Empty after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            readers = [c for c in self._from_actor if c is not None]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise queue.Empty
+            for item in wait(readers + list(self._sentinels), timeout=remaining):
+                if item in self._sentinels:
+                    self.on_death(self._sentinels[item])  # reclaims, then restarts or raises
+            for index in range(len(self._from_actor)):
+                self._receive(index)
+        self.at_learner += 1
+        return self.ready.popleft()
+
+    def put(self, slot: int) -> None:
+        """The learner has copied `slot` out: it is free again (and goes to an actor that has room)."""
+        self.at_learner -= 1
+        self.free.append(slot)
+        for index in range(len(self.held)):
+            self._supply(index)
+
+    def accounted(self) -> int:
+        """How many slots the router can place; equals num_slots unless one was lost (a bug)."""
+        return len(self.free) + len(self.ready) + sum(len(h) for h in self.held) + self.at_learner
+
+    def close(self) -> None:
+        for conn in self._to_actor + self._from_actor:
+            if conn is not None:
+                conn.close()

@@ -1,0 +1,77 @@
+"""Actor processes that die (SIGKILL, a crash in native env code) are replaced; no slot is lost."""
+
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+
+from pronghorn.config import Config
+from pronghorn.envs import probe
+from pronghorn.models import Agent
+from pronghorn.runtime import LocalRuntime
+from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, run_cli
+
+
+def test_killed_actor_is_replaced_and_its_slots_reclaimed():
+    cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4).for_observations(image=False)
+    spec = probe(cfg.env, cfg)
+    agent = Agent(spec.obs_shape, spec.num_actions)
+    rt = LocalRuntime(cfg, spec, sum(p.numel() for p in agent.parameters()), agent.core_size)
+    try:
+        rt.weights.publish(agent, 0)
+        rt.start()
+        for _ in range(6):
+            rt.router.put(rt.router.get(timeout=60))
+        victim = rt.actors[0].pid
+        os.kill(victim, signal.SIGKILL)
+        served = 0
+        deadline = time.monotonic() + 60
+        while (rt.restarts == 0 or served < 20) and time.monotonic() < deadline:
+            slot = rt.router.get(timeout=60)
+            assert rt.router.accounted() == rt.num_slots  # every slot is somewhere known, at every step
+            rt.router.put(slot)
+            served += 1
+        assert rt.restarts == 1 and rt.actors[0].pid != victim and rt.actors[0].is_alive()
+        assert rt.router.accounted() == rt.num_slots
+        assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
+    finally:
+        rt.close()
+    assert_no_leaks()
+
+
+def _actor_pids(parent: int) -> list[int]:
+    try:
+        return [p.pid for p in psutil.Process(parent).children() if (p.cmdline() or [""])[0].startswith("pronghorn-actor-0")]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
+    logdir = tmp_path / "survivor"
+    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = _actor_pids(proc.pid)
+        assert pids, "actor 0 not found by its process title"
+        os.kill(pids[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "solved" in out, err[-3000:]
+    assert "actor 0 (CartPole-v1) died with exit code -9; reclaimed slots" in err
+    assert int(read_csv(logdir / "metrics.csv")[-1]["actor_restarts"]) == 1
+    assert_no_leaks(owners=(proc.pid,))
+
+
+def test_a_crash_loop_stops_training_with_a_clear_error(tmp_path):
+    proc, _, err = run_cli(["train", "--env", "tests.flaky_env:SegfaultingCartPole-v0", "--logdir", str(tmp_path / "loop"),
+                            "--no-progress", "--num-actors", "1", "--max-actor-restarts", "2"])
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "died 3 times within 60 s (last exit code -9): a crash loop" in last, err[-3000:]
+    assert_no_leaks(owners=(proc.pid,))
