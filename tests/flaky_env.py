@@ -79,6 +79,7 @@ gym.register("SegfaultingCartPole-v0", entry_point=SegfaultingCartPole, max_epis
 gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500)
 gym.register("AlwaysFailing-v0", entry_point=FlakyCartPole, kwargs={"fail_every": 1}, max_episode_steps=500)
 gym.register("FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)
+gym.register("FlakyCartPole1000-v0", entry_point=FlakyCartPole, kwargs={"fail_every": 1000}, max_episode_steps=500)
 gym.register("BrokenReset-v0", entry_point=BrokenReset, max_episode_steps=500)
 gym.register("Lives-v0", entry_point=LivesEnv)
 gym.register("ShortCartPole-v0", entry_point=CartPoleEnv, max_episode_steps=5)
