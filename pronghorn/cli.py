@@ -78,7 +78,8 @@ def cmd_train(argv: Sequence[str]) -> int:
         fail(str(exc))
     except (WorkerError, TimeoutError, NonFiniteError) as exc:
         fail(f"training stopped: {exc}", code=1)
-    curve = _write_curve(result.logdir)
+    # After Ctrl-C or SIGTERM, exit promptly: the curve is one `pronghorn plot` away.
+    curve = "not drawn (interrupted): run `pronghorn plot " + result.logdir + "`" if result.interrupted else _write_curve(result.logdir)
     ret = "n/a" if math.isnan(result.mean_return) else f"{result.mean_return:.2f}"
     status = "solved" if result.solved else ("interrupted" if result.interrupted else "frame budget spent")
     if result.resumed_from:
