@@ -48,9 +48,26 @@ def atomic_write(path: str, write) -> None:
     _fsync_dir(os.path.dirname(path) or ".")
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the previous one is intact."""
+
+
 def save(logdir: str, state: dict, frames: int, keep: int = 3) -> str:
+    """Write a checkpoint; raises CheckpointError (naming the intact previous one) if it cannot."""
+    if not os.path.isdir(logdir):
+        raise CheckpointError(f"logdir {logdir} was removed while training: nothing more can be saved there; rerun to start again")
     out = folder(logdir)
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+        return _save(out, state, frames, keep)
+    except OSError as exc:
+        previous = candidates(logdir)
+        raise CheckpointError(
+            f"could not write a checkpoint in {out} ({exc.strerror or exc}); the previous one ({previous[0] if previous else 'none'}) is intact"
+        ) from None
+
+
+def _save(out: str, state: dict, frames: int, keep: int) -> str:
     path = os.path.join(out, f"ckpt-{frames:012d}.pt")
     atomic_write(path, lambda f: torch.save({"format": FORMAT, **state}, f))
     atomic_write(os.path.join(out, "latest"), lambda f: f.write(os.path.basename(path).encode()))

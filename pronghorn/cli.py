@@ -64,7 +64,9 @@ def _write_curve(logdir: str) -> str:
 
 
 def cmd_train(argv: Sequence[str]) -> int:
+    from pronghorn.checkpoint import CheckpointError
     from pronghorn.config import ConfigError
+    from pronghorn.logs import LogWriteError
     from pronghorn.runtime import WorkerError, tune_learner_process
     from pronghorn.train import NonFiniteError, train
 
@@ -76,7 +78,7 @@ def cmd_train(argv: Sequence[str]) -> int:
         result = train(cfg)
     except ConfigError as exc:
         fail(str(exc))
-    except (WorkerError, TimeoutError, NonFiniteError) as exc:
+    except (WorkerError, TimeoutError, NonFiniteError, CheckpointError, LogWriteError) as exc:
         fail(f"training stopped: {exc}", code=1)
     # After Ctrl-C or SIGTERM, exit promptly: the curve is one `pronghorn plot` away.
     curve = "not drawn (interrupted): run `pronghorn plot " + result.logdir + "`" if result.interrupted else _write_curve(result.logdir)

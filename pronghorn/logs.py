@@ -163,26 +163,41 @@ class ConsoleSink:
             self._bar.close()
 
 
+class LogWriteError(RuntimeError):
+    """The logs could not be written (disk full, logdir removed)."""
+
+
 class Logger:
     """Fans metrics and episodes out to every sink."""
 
-    def __init__(self, sinks: Iterable[Sink]):
+    def __init__(self, sinks: Iterable[Sink], logdir: str = ""):
         self.sinks = list(sinks)
+        self.logdir = logdir
         self.start = time.time()
 
+    def _fan_out(self, method: str, *args) -> None:
+        try:
+            for sink in self.sinks:
+                getattr(sink, method)(*args)
+        except OSError as exc:
+            if self.logdir and not os.path.isdir(self.logdir):
+                raise LogWriteError(f"logdir {self.logdir} was removed while training: nothing more can be saved there; rerun to start again") from None
+            raise LogWriteError(f"could not write logs in {self.logdir} ({exc.strerror or exc}); the last checkpoint is intact") from None
+
     def metrics(self, frames: int, values: dict[str, float]) -> None:
-        for sink in self.sinks:
-            sink.metrics(frames, values)
+        self._fan_out("metrics", frames, values)
 
     def episodes(self, episodes: list[Episode]) -> None:
         if episodes:
-            for sink in self.sinks:
-                sink.episodes(episodes)
+            self._fan_out("episodes", episodes)
 
     def close(self) -> None:
         for sink in self.sinks:
-            sink.close()
+            try:
+                sink.close()
+            except OSError:
+                pass  # already reported by the write that failed; closing must not hide that error
 
 
 def standard_logger(logdir: str, total_frames: int, progress: bool, resume_frames: int = 0) -> Logger:
-    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), ConsoleSink(total_frames, progress, start=resume_frames)])
+    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), ConsoleSink(total_frames, progress, start=resume_frames)], logdir)

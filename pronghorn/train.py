@@ -205,6 +205,7 @@ def train(cfg: Config) -> TrainResult:
     staging: Optional[Staging] = None
     solved = interrupted = False
     saved_path: Optional[str] = None
+    final_error: Optional[Exception] = None
     start = time.time()
     try:
         runtime.weights.publish(agent, learner.steps)  # actors start from the current weights
@@ -260,9 +261,14 @@ def train(cfg: Config) -> TrainResult:
                 saved_path = save()  # before reaping the actors: a signal's grace period is short
             elif resumed_from:
                 saved_path = resumed_from
+        except checkpoint.CheckpointError as exc:
+            final_error = exc  # raised below, unless another error is already on its way out
+            log.error("%s", exc)
         finally:
             runtime.close()
             logger.close()
+    if final_error is not None:
+        raise final_error
     return TrainResult(
         logdir, learner.frames, learner.steps, stats.episodes, stats.mean_return(), time.time() - start, saved_path,
         solved, interrupted, resumed_from,

@@ -83,3 +83,28 @@ gym.register("FlakyCartPole1000-v0", entry_point=FlakyCartPole, kwargs={"fail_ev
 gym.register("BrokenReset-v0", entry_point=BrokenReset, max_episode_steps=500)
 gym.register("Lives-v0", entry_point=LivesEnv)
 gym.register("ShortCartPole-v0", entry_point=CartPoleEnv, max_episode_steps=5)
+
+
+# Factories for `--env tests.flaky_env:<factory>` (custom environments that are not registered).
+class _WrongDtype(CartPoleEnv):
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return (obs.astype(np.float64), *rest)
+
+
+class _WrongShape(CartPoleEnv):
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return obs[:3], info
+
+
+def make_cartpole():
+    return gym.wrappers.TimeLimit(CartPoleEnv(), 500)
+
+
+def make_wrong_dtype():
+    return _WrongDtype()
+
+
+def make_wrong_shape():
+    return _WrongShape()

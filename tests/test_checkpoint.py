@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 import torch
 
 from pronghorn import checkpoint
@@ -194,3 +195,41 @@ def test_restart_moves_the_old_run_aside(tmp_path):
     previous = glob.glob(str(logdir / "previous-*"))
     assert len(previous) == 1 and os.path.exists(os.path.join(previous[0], "episodes.csv"))
     assert glob.glob(os.path.join(previous[0], "checkpoints", "ckpt-*.pt"))
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    import errno
+
+    checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": 10}, "rng": {}, "stats": {}}, 10)
+
+    def disk_full(obj, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(checkpoint.CheckpointError, match=r"No space left on device\); the previous one \(.*ckpt-000000000010.pt\) is intact"):
+        checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": 20}, "rng": {}, "stats": {}}, 20)
+    monkeypatch.undo()
+    path, state = checkpoint.load_latest(str(tmp_path))
+    assert path.endswith("ckpt-000000000010.pt") and state["learner"]["frames"] == 10
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["ckpt-000000000010.pt", "latest"]  # no partial file left
+
+
+def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
+    import shutil
+
+    logdir = tmp_path / "doomed"
+    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--checkpoint-secs", "1",
+                                   "--total-frames", "100M", "--stop-at-return", "1e9"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        shutil.rmtree(logdir)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("pronghorn: error: training stopped: logdir") and "was removed while training" in last, err[-2000:]
+    assert_no_leaks(owners=(proc.pid,))

@@ -71,3 +71,16 @@ def test_atari_backends_agree_on_shapes_dtypes_and_ranges(backend):
         assert out.terminated.dtype == np.bool_ and out.truncated.dtype == np.bool_
     finally:
         env.close()
+
+
+def test_custom_factory_envs_are_validated_at_start_up():
+    spec = probe("tests.flaky_env:make_cartpole", Config())
+    assert spec.obs_shape == (4,) and spec.num_actions == 2
+    with pytest.raises(ConfigError, match=r"observation of dtype float64 from step\(\), but its observation_space says float32"):
+        probe("tests.flaky_env:make_wrong_dtype", Config())
+    with pytest.raises(ConfigError, match=r"observation of shape \(3,\) from reset\(\), but its observation_space has shape \(4,\)"):
+        probe("tests.flaky_env:make_wrong_shape", Config())
+    with pytest.raises(ConfigError, match="no callable 'nothing_here'"):
+        probe("tests.flaky_env:nothing_here", Config())
+    with pytest.raises(ConfigError, match="needs a package that is not installed"):
+        probe("no_such_module_xyz:make", Config())

@@ -97,6 +97,7 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         (["--model", "huge"], "--model"),
         (["--learning-rate", "nan"], "--learning-rate"),
         (["--logdir", "/etc/passwd/run"], "cannot write to logdir"),
+        (["--env", "tests.flaky_env:make_wrong_dtype"], "returned an observation of dtype float64 from step()"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, expected):
@@ -157,4 +158,12 @@ def test_an_env_failing_in_a_row_stops_training_instead_of_spinning(tmp_path):
                             "--max-env-failures", "3"])
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 1 and "failed 3 times in a row (--max-env-failures 3)" in last and "AlwaysFailing-v0" in last, err[-2000:]
+    assert_no_leaks(owners=(proc.pid,))
+
+
+def test_a_custom_factory_env_trains_in_spawned_actors(tmp_path):
+    proc, out, err = run_cli(["train", "--env", "tests.flaky_env:make_cartpole", "--total-frames", "20k", "--logdir", str(tmp_path / "custom"), "--no-progress"])
+    assert proc.returncode == 0 and "frame budget spent after" in out, err[-2000:]
+    rows = read_csv(tmp_path / "custom" / "episodes.csv")
+    assert rows and rows[0]["level"] == "tests.flaky_env:make_cartpole"
     assert_no_leaks(owners=(proc.pid,))

@@ -41,6 +41,32 @@ def frames_per_step(level: str) -> int:
     return 4 if is_atari(level) else 1
 
 
+def check_outputs(level: str, env, obs_space, seed: int) -> None:
+    """One reset and one step must return what the spaces promise; a mismatch names the field."""
+
+    def check_obs(obs, where: str) -> None:
+        obs = np.asarray(obs)
+        if obs.shape != obs_space.shape:
+            raise ConfigError(f"environment {level!r} returned an observation of shape {obs.shape} from {where}, but its observation_space has shape {obs_space.shape}: make them agree")
+        if obs.dtype != obs_space.dtype:
+            raise ConfigError(f"environment {level!r} returned an observation of dtype {obs.dtype} from {where}, but its observation_space says {obs_space.dtype}: make them agree (e.g. obs.astype(np.{obs_space.dtype}))")
+
+    result = env.reset(seed=seed)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ConfigError(f"environment {level!r}: reset() must return (observation, info) as in Gymnasium, got {type(result).__name__}")
+    check_obs(result[0], "reset()")
+    result = env.step(env.action_space.sample())
+    if not (isinstance(result, tuple) and len(result) == 5):
+        raise ConfigError(f"environment {level!r}: step() must return (observation, reward, terminated, truncated, info), got {type(result).__name__} of {len(result) if isinstance(result, tuple) else 1}")
+    obs, reward, terminated, truncated, _ = result
+    check_obs(obs, "step()")
+    if not np.isscalar(reward) or not np.isreal(reward):
+        raise ConfigError(f"environment {level!r} returned reward {reward!r} from step(): it must be a real number")
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ConfigError(f"environment {level!r} returned {name}={flag!r} ({type(flag).__name__}) from step(): it must be a bool")
+
+
 def probe(level: str, cfg: Config) -> EnvSpec:
     """Create one environment of `level` to read its spaces; unknown ids become a one-line ConfigError."""
     import gymnasium as gym
@@ -54,6 +80,8 @@ def probe(level: str, cfg: Config) -> EnvSpec:
     try:
         obs_space, act_space = env.observation_space, env.action_space
         threshold = env.spec.reward_threshold if env.spec is not None else None
+        if isinstance(obs_space, gym.spaces.Box) and isinstance(act_space, gym.spaces.Discrete):
+            check_outputs(level, env, obs_space, cfg.seed)
     finally:
         env.close()
     if not isinstance(act_space, gym.spaces.Discrete):

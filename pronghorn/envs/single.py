@@ -15,8 +15,29 @@ def is_atari(level: str) -> bool:
     return level.startswith("ALE/")
 
 
+def custom_factory(level: str):
+    """For `module:factory` (a callable returning a gymnasium.Env), the callable; None for a registered id.
+
+    `module:Env-v0` keeps Gymnasium's meaning (import the module, which registers the id)."""
+    if ":" not in level:
+        return None
+    module_name, name = level.split(":", 1)
+    import importlib
+
+    module = importlib.import_module(module_name)  # ImportError becomes a ConfigError in probe
+    if name in gym.registry:
+        return None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise gym.error.Error(f"{module_name} has no callable {name!r} and no registered environment of that id")
+    return factory
+
+
 def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] = None) -> gym.Env:
     """Make one environment. It is seeded by its first `reset(seed=...)`, which GymBatch does."""
+    factory = custom_factory(level)
+    if factory is not None:
+        return factory(render_mode=render_mode) if render_mode else factory()
     if not is_atari(level):
         # The passive checker only validates the first calls but stays a wrapper layer on every step.
         kwargs = {"render_mode": render_mode} if render_mode else {}  # custom envs may not take the argument
