@@ -14,6 +14,7 @@ Each component is timed on one thread, as the actors and (on 2 cores) the learne
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import contextlib
 import csv
 import io
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="minimum seconds per component measurement")
     parser.add_argument("--e2e-seconds", type=float, default=45.0, help="approximate length of each end-to-end run")
     parser.add_argument("--num-actors", type=int, default=2)
+    parser.add_argument("--deterministic-cost", action="store_true", help="also run end to end with --deterministic and print its fps / normal fps")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     tune_malloc()  # the learner process does the same
@@ -126,12 +128,16 @@ def main() -> None:
         measured = end_to_end(cfg, frames)
         torch.set_num_threads(1)
         results.append((name, cfg, costs, limit, measured))
-        print(
+        line = (
             f"{name:15s} E={cfg.envs_per_actor} T={cfg.unroll_length} B={cfg.batch_size} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())
-            + f" | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}",
-            flush=True,
+            + f" | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
         )
+        if args.deterministic_cost:
+            lockstep = end_to_end(dataclasses.replace(cfg, deterministic=True), frames)
+            torch.set_num_threads(1)
+            line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
+        print(line, flush=True)
     print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit")
 
 

@@ -37,6 +37,8 @@ class WeightSource(Protocol):
 
     def load_into(self, model: torch.nn.Module, timeout: float) -> int: ...
 
+    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int: ...
+
 
 def actor_seeds(cfg: Config, index: int) -> list[int]:
     """Env j of actor i is seeded seed + i*E + j (actor i's own seed is seed + i)."""
@@ -132,11 +134,18 @@ def run_actor(
     step = _Step(env_out, last_action, agent_out, core)
     row0_truncation = np.zeros(E, np.float32)
     reported_failures = 0
+    # Lock-step: this actor's unroll n feeds update n // per_update and is made with the weights of the
+    # update before that one (version k-1 for update k): a policy lag of exactly one.
+    per_update = max(1, cfg.batch_slots // cfg.num_actors) if cfg.deterministic else 0
+    unroll = 0
     try:
         while not should_stop():
             slot = free.get()
             if slot is None:
                 return
+            if per_update:
+                version = weights.load_version(agent, max(0, unroll // per_update - 1), cfg.timeout)
+            unroll += 1
             buf = views[slot]
             buf.core_state[:] = step.core_before.numpy()
             buf.policy_version[:] = version
@@ -159,7 +168,7 @@ def run_actor(
             counters[1] += 1
             counters[2] += T * E
             full.put(slot)  # the slot now belongs to the learner until staging hands it back
-            if weights.version != version:
+            if not per_update and weights.version != version:
                 version = weights.load_into(agent, cfg.timeout)
     finally:
         env.close()

@@ -129,6 +129,8 @@ class Config:
     """Torch threads in the learner; 0 picks the cores left over by the actors (at least 1)."""
 
     # --- run -----------------------------------------------------------------------------------
+    deterministic: bool = False
+    """Lock-step mode: every update takes the same number of unrolls from each actor, in actor order, made with the weights of exactly one update before; with deterministic torch settings two runs with the same seed give identical episodes and weights (slower)."""
     seed: int = 0
     """Seed: actor i uses seed+i, its environment j seed + i*envs_per_actor + j."""
     logdir: Optional[str] = None
@@ -191,6 +193,12 @@ class Config:
         for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
             value = getattr(self, name)
             need(value is None or value == value and value not in (float("inf"), float("-inf")), f"--{name.replace('_', '-')} is {value}: it must be a finite number")
+        if self.deterministic and self.batch_size is not None and self.batch_slots % self.num_actors:
+            raise ConfigError(
+                f"--deterministic takes the same number of unrolls from each actor, but a batch of {self.batch_size} is "
+                f"{self.batch_slots} actor unrolls of {self.envs_per_actor} envs, not a multiple of --num-actors {self.num_actors}: "
+                f"use e.g. --batch-size {self.envs_per_actor * self.num_actors * max(1, round(self.batch_slots / self.num_actors))}"
+            )
         if self.env_backend == "envpool":
             need(self.env.startswith("ALE/"), f"--env-backend envpool serves Atari ids (ALE/<Game>-v5), not {self.env}: use --env-backend gymnasium")
         if self.device == "cuda":

@@ -40,6 +40,7 @@ class Staging:
         timeout: float,
         health_check: Callable[[], None],
         describe_producers: Callable[[], str],
+        in_actor_order: int = 0,
     ):
         self._slots = slots
         self._full, self._free = full, free  # get(timeout) -> full slot index; put(index) frees one
@@ -48,6 +49,8 @@ class Staging:
         self._timeout = timeout
         self._health_check = health_check
         self._describe = describe_producers
+        self._actors = in_actor_order  # lock-step: take slots round-robin by actor (full.get_from), not by arrival
+        self._taken = 0
         cuda = device.type == "cuda"
         self._host = [self._allocate(pin=cuda) for _ in range(2)]
         self._on_device = [Unroll(*(torch.empty_like(t, device=device) for t in host)) for host in self._host] if cuda else self._host
@@ -75,6 +78,10 @@ class Staging:
             if self._stop.is_set():
                 raise _Stop
             try:
+                if self._actors:
+                    slot = self._full.get_from(self._taken % self._actors, timeout=0.5)
+                    self._taken += 1
+                    return slot
                 return self._full.get(timeout=0.5)
             except queue.Empty:
                 waited += 0.5

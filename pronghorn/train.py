@@ -178,7 +178,8 @@ def train(cfg: Config) -> TrainResult:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    torch.set_num_threads(cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors))
+    torch.set_num_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
+    torch.use_deterministic_algorithms(cfg.deterministic)
     device = resolve_device(cfg.device)
     agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size).to(device)
     learner = Learner(cfg, agent, spec.frames_per_step)
@@ -213,6 +214,7 @@ def train(cfg: Config) -> TrainResult:
         staging = Staging(
             runtime.unroll_slots(), runtime.router, runtime.router, cfg.batch_slots, device, cfg.timeout,
             runtime.check_health, lambda: f"{runtime.alive()}/{cfg.num_actors} actors alive",
+            in_actor_order=cfg.num_actors if cfg.deterministic else 0,
         )
         interval = _Interval(learner.frames)
 

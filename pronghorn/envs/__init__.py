@@ -7,6 +7,7 @@ unknown id into a ConfigError.
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -14,6 +15,8 @@ import numpy as np
 from pronghorn.config import Config, ConfigError
 from pronghorn.envs.batch import BatchedEnv, GymBatch
 from pronghorn.envs.single import is_atari, make_single
+
+log = logging.getLogger("pronghorn.envs")
 
 __all__ = ["BatchedEnv", "EnvSpec", "make_batched", "probe", "is_atari"]
 
@@ -81,7 +84,12 @@ def probe(level: str, cfg: Config) -> EnvSpec:
         obs_space, act_space = env.observation_space, env.action_space
         threshold = env.spec.reward_threshold if env.spec is not None else None
         if isinstance(obs_space, gym.spaces.Box) and isinstance(act_space, gym.spaces.Discrete):
-            check_outputs(level, env, obs_space, cfg.seed)
+            try:
+                check_outputs(level, env, obs_space, cfg.seed)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a flaky env is the actors' business (recreate, count, limit)
+                log.warning("could not check what %s returns at start-up (%r); its failures will be handled in the actors", level, exc)
     finally:
         env.close()
     if not isinstance(act_space, gym.spaces.Discrete):

@@ -174,7 +174,7 @@ class LocalRuntime:
 
     def full_occupancy(self) -> float:
         """Fraction of slots full and waiting for the learner."""
-        return len(self.router.ready) / self.num_slots
+        return self.router.ready / self.num_slots
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop and reap every actor, then free every shared segment. Safe to call twice."""

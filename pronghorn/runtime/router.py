@@ -59,7 +59,8 @@ class SlotRouter:
         self.num_slots = num_slots
         self.depth = depth  # slots an actor may hold at once: one it fills, the rest queued in its pipe
         self.free: collections.deque[int] = collections.deque(range(num_slots))
-        self.ready: collections.deque[int] = collections.deque()
+        self.ready_by: list[collections.deque[int]] = [collections.deque() for _ in range(num_actors)]  # full, per actor
+        self._next_ready = 0  # round-robin over actors in get(), so no actor's unrolls wait behind another's
         self.held: list[set[int]] = [set() for _ in range(num_actors)]
         self.at_learner = 0
         self._to_actor: list[Optional[Connection]] = [None] * num_actors
@@ -88,7 +89,7 @@ class SlotRouter:
             while conn is not None and conn.poll():
                 slot = _FMT.unpack(conn.recv_bytes())[0]
                 self.held[index].discard(slot)
-                self.ready.append(slot)
+                self.ready_by[index].append(slot)
         except (EOFError, OSError):
             pass  # the writer is gone; what it sent completely has been read
         self._supply(index)
@@ -106,10 +107,14 @@ class SlotRouter:
         self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
         return lost
 
-    def get(self, timeout: float) -> int:
-        """A full slot index (now at the learner); raises queue.Empty after `timeout` seconds."""
+    @property
+    def ready(self) -> int:
+        """Full slots waiting for the learner."""
+        return sum(len(q) for q in self.ready_by)
+
+    def _wait(self, have, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while not self.ready:
+        while not have():
             readers = [c for c in self._from_actor if c is not None]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -119,8 +124,24 @@ class SlotRouter:
                     self.on_death(self._sentinels[item])  # reclaims, then restarts or raises
             for index in range(len(self._from_actor)):
                 self._receive(index)
+
+    def get(self, timeout: float) -> int:
+        """A full slot index (now at the learner); raises queue.Empty after `timeout` seconds."""
+        self._wait(lambda: self.ready > 0, timeout)
+        n = len(self.ready_by)
+        for k in range(n):
+            index = (self._next_ready + k) % n
+            if self.ready_by[index]:
+                self._next_ready = index + 1
+                self.at_learner += 1
+                return self.ready_by[index].popleft()
+        raise AssertionError("unreachable: a ready slot was counted")
+
+    def get_from(self, index: int, timeout: float) -> int:
+        """The next full slot of actor `index` in the order it sent them (lock-step mode)."""
+        self._wait(lambda: bool(self.ready_by[index]), timeout)
         self.at_learner += 1
-        return self.ready.popleft()
+        return self.ready_by[index].popleft()
 
     def put(self, slot: int) -> None:
         """The learner has copied `slot` out: it is free again (and goes to an actor that has room)."""
@@ -131,7 +152,7 @@ class SlotRouter:
 
     def accounted(self) -> int:
         """How many slots the router can place; equals num_slots unless one was lost (a bug)."""
-        return len(self.free) + len(self.ready) + sum(len(h) for h in self.held) + self.at_learner
+        return len(self.free) + self.ready + sum(len(h) for h in self.held) + self.at_learner
 
     def close(self) -> None:
         for conn in self._to_actor + self._from_actor:

@@ -123,11 +123,12 @@ class SlotArray:
 
 
 class WeightStore:
-    """The learner's latest weights, flat float32 in shared memory, with a version number.
+    """The learner's weights, flat float32 in shared memory, with a version number.
 
-    A seqlock keeps readers from taking a half-written copy without ever blocking the learner: the
-    writer makes `seq` odd while it writes and even when done; a reader retries if `seq` was odd or
-    changed during its copy.
+    Two buffers alternate by version parity: version v lives in buffer v % 2, so version v-1 can still
+    be read while v+1 is written (what --deterministic's lock-step needs). A seqlock keeps readers of
+    the latest version from taking a half-written copy without ever blocking the learner: the writer
+    makes `seq` odd while it writes and even when done; a reader retries if `seq` was odd or changed.
     """
 
     def __init__(self, handle: SegmentHandle, create: bool):
@@ -135,14 +136,16 @@ class WeightStore:
         self._segment = _Segment(handle.name, handle.shape, np.dtype(handle.dtype), create)
         header = self._segment.array[:4].view(np.int64)  # two int64: seq, version
         self._seq, self._version = header[0:1], header[1:2]
-        self._flat = torch.from_numpy(self._segment.array[4:])
+        flat = torch.from_numpy(self._segment.array[4:])
+        half = flat.numel() // 2
+        self._buffers = (flat[:half], flat[half:])
         if create:
             self._seq[0] = 0
             self._version[0] = -1  # nothing published yet
 
     @classmethod
     def create(cls, token: str, num_params: int) -> "WeightStore":
-        return cls(SegmentHandle(f"{token}-weights", (4 + num_params,), np.dtype(np.float32).str), create=True)
+        return cls(SegmentHandle(f"{token}-weights", (4 + 2 * num_params,), np.dtype(np.float32).str), create=True)
 
     @classmethod
     def attach(cls, handle: SegmentHandle) -> "WeightStore":
@@ -154,10 +157,11 @@ class WeightStore:
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         self._seq[0] += 1  # odd: write in progress
+        buffer = self._buffers[version % 2]
         offset = 0
         for p in model.parameters():
             n = p.numel()
-            self._flat[offset : offset + n].copy_(p.detach().reshape(-1))
+            buffer[offset : offset + n].copy_(p.detach().reshape(-1))
             offset += n
         self._version[0] = version
         self._seq[0] += 1  # even: consistent again
@@ -169,20 +173,40 @@ class WeightStore:
             seq = int(self._seq[0])
             if seq % 2 == 0 and self.version >= 0:
                 version = self.version
-                with torch.no_grad():
-                    offset = 0
-                    for p in model.parameters():
-                        n = p.numel()
-                        p.copy_(self._flat[offset : offset + n].view_as(p))
-                        offset += n
+                self._copy_out(version, model)
                 if int(self._seq[0]) == seq:
                     return version
             if time.monotonic() > deadline:
                 raise TimeoutError(f"waited {timeout:.0f} s for the learner to publish consistent weights")
             time.sleep(0.0005)
 
+    def _copy_out(self, version: int, model: torch.nn.Module) -> None:
+        buffer = self._buffers[version % 2]
+        with torch.no_grad():
+            offset = 0
+            for p in model.parameters():
+                n = p.numel()
+                p.copy_(buffer[offset : offset + n].view_as(p))
+                offset += n
+
+    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:
+        """Wait until `version` is published, then load exactly that version (lock-step mode).
+
+        Safe without the seqlock: the learner writes version+1 into the other buffer, and cannot write
+        version+2 (into ours) before this actor's next unroll, which needs these weights, has arrived.
+        """
+        deadline = time.monotonic() + timeout
+        while self.version < version:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {timeout:.0f} s for the learner to publish weights version {version}")
+            time.sleep(0.0002)
+        self._copy_out(version, model)
+        if self.version > version + 1:
+            raise RuntimeError(f"lock-step broken: weights version {self.version} was published while version {version} was read")
+        return version
+
     def release(self) -> None:
-        self._flat = None
+        self._buffers = None
         self._seq = self._version = None
         self._segment.release()
 
