@@ -40,7 +40,7 @@ def _die_with_parent() -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
-        pass  # not Linux: the stop event and the learner's close() still end actors normally
+        pass  # not Linux: the stop flag and the learner's close() still end actors normally
 
 
 def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_conn, full_conn, stop, errors, parent: int) -> None:
@@ -55,6 +55,10 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
         setproctitle.setproctitle(f"pronghorn-actor-{index} {level}")
     except ImportError:
         pass
+    import logging as _logging
+
+    # Records name the actor (its process name), so "env 3 of level X raised ..." says which actor too.
+    _logging.basicConfig(level=_logging.INFO, format="%(asctime)s %(processName)s %(name)s %(levelname)s %(message)s")
     # Ctrl-C goes to the whole process group; the learner decides how to stop, actors just follow.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
@@ -71,13 +75,16 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
     slots = SlotArray.attach(slot_handles)
     weights = WeightStore.attach(weight_handle)
     counters = Counters(counter_handle, create=False)
+    def stopping() -> bool:
+        return bool(stop.value)
+
     try:
         run_actor(
-            index, cfg, spec, slots.slots, PipeSource(free_conn, stop.is_set, cfg.timeout, f"actor {index}"), PipeSink(full_conn), weights,
-            counters.row(index), stop.is_set,
+            index, cfg, spec, slots.slots, PipeSource(free_conn, stopping, cfg.timeout, f"actor {index}"), PipeSink(full_conn), weights,
+            counters.row(index), stopping,
         )
     except BaseException as exc:  # noqa: BLE001 - reported to the learner, which stops the run
-        if not stop.is_set():
+        if not stopping():
             errors.put((index, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     finally:
         slots.release()
@@ -106,7 +113,9 @@ class LocalRuntime:
         self.router = SlotRouter(self.num_slots, cfg.num_actors, depth)
         self.router.on_death = self._on_death
         self._errors = self._ctx.Queue()
-        self._stop = self._ctx.Event()
+        # A lock-free shared byte, not multiprocessing.Event: Event.is_set() takes a shared lock, and an
+        # actor killed while holding it would freeze every other actor and the learner.
+        self._stop = self._ctx.RawValue("b", 0)
         self._spec = spec
         self.actors: list = [None] * cfg.num_actors
         self.restarts = 0
@@ -145,7 +154,7 @@ class LocalRuntime:
         """Called by the router (staging thread) when actor i's process ends."""
         p = self.actors[i]
         p.join(1.0)
-        if self._stop.is_set():
+        if self._stop.value:
             self.router.reclaim(i)
             return
         self._reported_error(wait=0.5)  # an actor that raised says so before it exits: that is fatal
@@ -178,7 +187,7 @@ class LocalRuntime:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop and reap every actor, then free every shared segment. Safe to call twice."""
-        self._stop.set()
+        self._stop.value = 1
         actors = [p for p in self.actors if p is not None]
         deadline = time.monotonic() + timeout
         for p in actors:

@@ -1,4 +1,6 @@
-"""Actor processes that die (SIGKILL, a crash in native env code) are replaced; no slot is lost."""
+"""Actor processes that die (SIGKILL, a crash in native env code) are replaced; no slot is lost.
+
+The learner killed and resumed is tested in tests/test_checkpoint.py (SIGKILL of the whole group)."""
 
 import os
 import signal
@@ -50,7 +52,8 @@ def _actor_pids(parent: int) -> list[int]:
 
 def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
     logdir = tmp_path / "survivor"
-    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5"],
+    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--total-frames", "150k",
+                                   "--stop-at-return", "1e9"],  # survival is the point here, not how fast CartPole is solved
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.monotonic() + 120
@@ -63,7 +66,7 @@ def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0 and "solved" in out, err[-3000:]
+    assert proc.returncode == 0 and "frame budget spent after 15" in out, err[-3000:]
     assert "actor 0 (CartPole-v1) died with exit code -9; reclaimed slots" in err
     assert int(read_csv(logdir / "metrics.csv")[-1]["actor_restarts"]) == 1
     assert_no_leaks(owners=(proc.pid,))
