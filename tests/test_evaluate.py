@@ -14,8 +14,11 @@ from tests.helpers import CLI, ENV, assert_no_leaks
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("trained") / "cartpole"
-    result = pronghorn.train(pronghorn.Config(logdir=str(logdir), progress=False))
-    assert result.solved, result
+    # The full 500k-frame budget (learning rate annealed to 0), not an early stop at the first mean of 475:
+    # a policy that has just crossed 475 while sampling once scored 429.8 greedily; trained through, four
+    # seeds scored 500.0 greedily in 10 of 10 games each.
+    result = pronghorn.train(pronghorn.Config(logdir=str(logdir), progress=False, stop_at_return=1e9))
+    assert result.mean_return >= 450, result
     assert_no_leaks()
     return logdir
 
