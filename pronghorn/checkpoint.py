@@ -61,6 +61,8 @@ def save(logdir: str, state: dict, frames: int, keep: int = 3) -> str:
         os.makedirs(out, exist_ok=True)
         return _save(out, state, frames, keep)
     except OSError as exc:
+        if not os.path.isdir(logdir):
+            raise CheckpointError(f"logdir {logdir} was removed while training: nothing more can be saved there; rerun to start again") from None
         previous = candidates(logdir)
         raise CheckpointError(
             f"could not write a checkpoint in {out} ({exc.strerror or exc}); the previous one ({previous[0] if previous else 'none'}) is intact"

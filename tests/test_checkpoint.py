@@ -231,5 +231,8 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
         if proc.poll() is None:
             proc.kill()
     last = err.strip().splitlines()[-1]
-    assert proc.returncode == 1 and last.startswith("pronghorn: error: training stopped: logdir") and "was removed while training" in last, err[-2000:]
+    # Depending on where the removal meets the run (rmtree deletes the files before the folder), the one
+    # line says the logdir was removed or names the checkpoint folder that could not be written.
+    assert proc.returncode == 1 and last.startswith("pronghorn: error: training stopped: "), err[-2000:]
+    assert "was removed while training" in last or ("could not write" in last and "No such file or directory" in last), last
     assert_no_leaks(owners=(proc.pid,))
