@@ -48,6 +48,11 @@ def atomic_write(path: str, write) -> None:
     _fsync_dir(os.path.dirname(path) or ".")
 
 
+def removed_logdir(logdir: str) -> str:
+    """The one message for a logdir that vanished mid-run (checkpoints and logs both report it)."""
+    return f"logdir {logdir} was removed while training: nothing more can be saved there; rerun to start again"
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the previous one is intact."""
 
@@ -55,14 +60,14 @@ class CheckpointError(RuntimeError):
 def save(logdir: str, state: dict, frames: int, keep: int = 3) -> str:
     """Write a checkpoint; raises CheckpointError (naming the intact previous one) if it cannot."""
     if not os.path.isdir(logdir):
-        raise CheckpointError(f"logdir {logdir} was removed while training: nothing more can be saved there; rerun to start again")
+        raise CheckpointError(removed_logdir(logdir))
     out = folder(logdir)
     try:
         os.makedirs(out, exist_ok=True)
         return _save(out, state, frames, keep)
     except OSError as exc:
         if not os.path.isdir(logdir):
-            raise CheckpointError(f"logdir {logdir} was removed while training: nothing more can be saved there; rerun to start again") from None
+            raise CheckpointError(removed_logdir(logdir)) from None
         previous = candidates(logdir)
         raise CheckpointError(
             f"could not write a checkpoint in {out} ({exc.strerror or exc}); the previous one ({previous[0] if previous else 'none'}) is intact"

@@ -181,7 +181,9 @@ class Logger:
                 getattr(sink, method)(*args)
         except OSError as exc:
             if self.logdir and not os.path.isdir(self.logdir):
-                raise LogWriteError(f"logdir {self.logdir} was removed while training: nothing more can be saved there; rerun to start again") from None
+                from pronghorn.checkpoint import removed_logdir
+
+                raise LogWriteError(removed_logdir(self.logdir)) from None
             raise LogWriteError(f"could not write logs in {self.logdir} ({exc.strerror or exc}); the last checkpoint is intact") from None
 
     def metrics(self, frames: int, values: dict[str, float]) -> None:
