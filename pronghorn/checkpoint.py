@@ -63,7 +63,10 @@ def save(logdir: str, state: dict, frames: int, keep: int = 3) -> str:
         raise CheckpointError(removed_logdir(logdir))
     out = folder(logdir)
     try:
-        os.makedirs(out, exist_ok=True)
+        # mkdir, not makedirs: if the logdir vanishes between the check above and here, makedirs would
+        # quietly recreate it; mkdir fails and the message below says what happened.
+        if not os.path.isdir(out):
+            os.mkdir(out)
         return _save(out, state, frames, keep)
     except OSError as exc:
         if not os.path.isdir(logdir):

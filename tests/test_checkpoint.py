@@ -225,7 +225,11 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
         deadline = time.monotonic() + 120
         while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        shutil.rmtree(logdir)
+        # The run keeps creating files (episodes.csv, checkpoint temporaries) while rmtree walks the folder,
+        # so one pass can fail with "Directory not empty"; repeat as `rm -rf` would have to.
+        while logdir.exists() and time.monotonic() < deadline:
+            shutil.rmtree(logdir, ignore_errors=True)
+        assert not logdir.exists(), "could not remove the logdir"
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
