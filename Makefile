@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test bench-throughput learn-pong clean
+.PHONY: setup train test bench-throughput learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[envpool,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[envpool,minatar,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -30,6 +30,9 @@ test: $(STAMP)
 
 bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
+
+learn-multilevel: $(STAMP)
+	benchmarks/learn_multilevel.sh
 
 learn-pong: $(STAMP)
 	benchmarks/learn_pong.sh

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from pronghorn import Config, train  # noqa: E402
 from pronghorn.envs import make_batched, probe  # noqa: E402
 from pronghorn.learner import Learner  # noqa: E402
-from pronghorn.models import Agent  # noqa: E402
+from pronghorn.models import build_agent  # noqa: E402
 from pronghorn.records import Unroll, unroll_spec  # noqa: E402
 from pronghorn.runtime.tuning import tune_malloc  # noqa: E402
 
@@ -64,7 +64,7 @@ def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
     obs = torch.from_numpy(env.step(np.zeros(E, np.int64)).obs.copy())
     env.close()
 
-    agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size)
+    agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     state = agent.initial_state(E)
     zeros_a, zeros_r, zeros_d = torch.zeros(1, E, dtype=torch.long), torch.zeros(1, E), torch.zeros(1, E, dtype=torch.bool)
 

@@ -16,7 +16,7 @@ import torch
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec, make_batched
 from pronghorn.losses import clip_rewards
-from pronghorn.models import Agent
+from pronghorn.models import build_agent
 from pronghorn.records import Unroll
 
 log = logging.getLogger("pronghorn.actor")
@@ -45,9 +45,23 @@ def actor_seeds(cfg: Config, index: int) -> list[int]:
     return [cfg.seed + index * cfg.envs_per_actor + j for j in range(cfg.envs_per_actor)]
 
 
-def actor_level(cfg: Config, index: int) -> int:
-    """Actor i plays levels[i % len(levels)]; returns the level's index."""
-    return index % len(cfg.levels)
+def env_levels(cfg: Config, index: int) -> list[int]:
+    """The level (index into cfg.level_names) of each of actor i's E environments.
+
+    With at least as many actors as levels, actor i plays levels[i % L] in all its environments, as in
+    IMPALA. With fewer actors (N < L), env j of actor i plays levels[(i + j*N) % L]: the global env
+    numbers i + j*N run through 0 .. N*E-1 without gaps, so every level is played once N*E >= L.
+    """
+    n, num_levels = cfg.num_actors, len(cfg.level_names)
+    if n >= num_levels:
+        return [index % num_levels] * cfg.envs_per_actor
+    return [(index + j * n) % num_levels for j in range(cfg.envs_per_actor)]
+
+
+def actor_label(cfg: Config, index: int) -> str:
+    """What actor i plays, for process names and messages."""
+    names = sorted({cfg.level_names[lv] for lv in env_levels(cfg, index)})
+    return names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} levels"
 
 
 class _Step:
@@ -91,14 +105,16 @@ def run_actor(
 
     counters: this actor's row of shared int64 counters (env_failures, unrolls, steps).
     """
-    level = actor_level(cfg, index)
-    env = make_batched(cfg.levels[level], actor_seeds(cfg, index), cfg)
+    levels = env_levels(cfg, index)
+    env = make_batched([cfg.level_names[lv] for lv in levels], actor_seeds(cfg, index), cfg)
     torch.manual_seed(cfg.seed + index)
-    agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size)
+    agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     agent.eval()
     version = weights.load_into(agent, cfg.timeout)
     E, T = cfg.envs_per_actor, cfg.unroll_length
     views = [Unroll(*(t.numpy() for t in slot)) for slot in slots]  # same memory, numpy access
+    levels_row = np.asarray(levels, np.int64)
+    level_t = torch.from_numpy(levels_row)  # [E]: selects each env's PopArt statistics in the agent
 
     no_reward, no_done = torch.zeros(1, E), torch.zeros(1, E, dtype=torch.bool)
 
@@ -106,10 +122,10 @@ def run_actor(
     def act(env_out, last_action, core):
         obs = torch.from_numpy(env_out.obs)
         if not agent.use_lstm:  # only the LSTM core reads these; skipping them is measurable per step
-            return agent(obs[None], last_action[None], no_reward, no_done, core)
+            return agent(obs[None], last_action[None], no_reward, no_done, core, level=level_t)
         done = torch.from_numpy(env_out.terminated | env_out.truncated)
         reward = clip_rewards(torch.from_numpy(env_out.reward), cfg.reward_clipping)
-        return agent(obs[None], last_action[None], reward[None], done[None], core)
+        return agent(obs[None], last_action[None], reward[None], done[None], core, level=level_t)
 
     @torch.no_grad()
     def truncation_values(env_out, last_action, core) -> np.ndarray:
@@ -122,7 +138,7 @@ def run_actor(
         sel = torch.from_numpy(idx)
         obs = torch.from_numpy(env_out.final_obs[idx])
         reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), cfg.reward_clipping)
-        out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel])
+        out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel], level=level_t[sel])
         values[idx] = out.baseline[0].numpy()
         return values
 
@@ -149,7 +165,7 @@ def run_actor(
             buf = views[slot]
             buf.core_state[:] = step.core_before.numpy()
             buf.policy_version[:] = version
-            buf.level[:] = level
+            buf.level[0] = levels_row
             # Row 0 repeats the previous unroll's last row, so every transition lies inside one unroll.
             _write_row(buf, 0, step, row0_truncation)
             core = next_core

@@ -66,7 +66,9 @@ class Config:
 
     # --- environment ---------------------------------------------------------------------------
     env: str = "CartPole-v1"
-    """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5). Actor i plays this level."""
+    """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5, MinAtar/Breakout-v0). Every actor plays this level unless --levels is given."""
+    levels: Optional[str] = None
+    """Train one agent on many levels: comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: atari57, atari5, minatar. Replaces --env. Actor i plays levels[i % L]; with fewer actors than levels, each actor's environments take turns over the levels."""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
     """How environments are stepped: `gymnasium` (any id; Atari through ale-py) or `envpool` (Atari only)."""
     max_actor_restarts: int = 10
@@ -81,8 +83,8 @@ class Config:
     """Atari: at most this many no-op actions at the start of each game."""
 
     # --- agent ---------------------------------------------------------------------------------
-    model: Literal["auto", "mlp", "shallow", "deep"] = "auto"
-    """Network torso: `mlp` for vector observations, `shallow` or `deep` (IMPALA CNNs) for images; `auto` picks by observation."""
+    model: Literal["auto", "mlp", "small", "shallow", "deep"] = "auto"
+    """Network torso: `mlp` for vector observations, `small` (one conv layer) for small grids such as MinAtar, `shallow` or `deep` (IMPALA CNNs) for images; `auto` picks by observation."""
     lstm: bool = False
     """Add an LSTM core fed with the torso features, the previous action and the clipped reward."""
     hidden_size: int = 64
@@ -121,6 +123,10 @@ class Config:
     """Weight of the entropy regulariser."""
     reward_clipping: Literal["abs_one", "soft_asymmetric", "none"] = "abs_one"
     """Reward clipping applied in the learner (actors and statistics see raw rewards)."""
+    popart: bool = False
+    """PopArt: normalise the value targets per level with running statistics, preserving the agent's outputs when they change (van Hasselt et al. 2016; Hessel et al. 2019)."""
+    popart_step: float = 3e-4
+    """PopArt: step size of the running mean and second moment of each level's value targets."""
     max_bad_updates: int = 10
     """Stop training (with a checkpoint of the last good state) after this many updates in a row with a non-finite loss or gradient; each is skipped."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -156,6 +162,8 @@ class Config:
                 raise ConfigError(message)
 
         need(bool(self.env.strip()), "--env is empty: give a Gymnasium id such as CartPole-v1 or ALE/Pong-v5")
+        if self.levels is not None:
+            self._check_levels()
         for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_size", "total_frames", "hidden_size"):
             value = getattr(self, name)
             need(value is None or value >= 1, f"--{name.replace('_', '-')} is {value}: it must be at least 1")
@@ -199,12 +207,38 @@ class Config:
                 f"{self.batch_slots} actor unrolls of {self.envs_per_actor} envs, not a multiple of --num-actors {self.num_actors}: "
                 f"use e.g. --batch-size {self.envs_per_actor * self.num_actors * max(1, round(self.batch_slots / self.num_actors))}"
             )
+        need(0 < self.popart_step < 1, f"--popart-step is {self.popart_step}: it must lie in (0, 1)")
         if self.env_backend == "envpool":
-            need(self.env.startswith("ALE/"), f"--env-backend envpool serves Atari ids (ALE/<Game>-v5), not {self.env}: use --env-backend gymnasium")
+            for level in self.level_names:
+                need(level.startswith("ALE/"), f"--env-backend envpool serves Atari ids (ALE/<Game>-v5), not {level}: use --env-backend gymnasium")
+            need(
+                self.num_actors >= len(self.level_names),
+                f"--env-backend envpool steps one level per actor, but {len(self.level_names)} levels need at least that many actors: "
+                f"use --num-actors {len(self.level_names)} or --env-backend gymnasium",
+            )
         if self.device == "cuda":
             import torch
 
             need(torch.cuda.is_available(), "--device cuda but PyTorch sees no CUDA device: use --device cpu or install a CUDA build of torch")
+
+    def _check_levels(self) -> None:
+        from pronghorn import suites
+
+        name = self.levels.strip().lower()
+        if name in suites.UNAVAILABLE:
+            raise ConfigError(f"--levels {self.levels}: {suites.UNAVAILABLE[name]}")
+        names = self.level_names
+        if not names:
+            raise ConfigError("--levels is empty: give comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: " + ", ".join(suites.SUITES))
+        repeated = sorted({lv for lv in names if names.count(lv) > 1})
+        if repeated:
+            raise ConfigError(f"--levels names {', '.join(repeated)} more than once: list each level once")
+        envs = self.num_actors * self.envs_per_actor
+        if envs < len(names):
+            raise ConfigError(
+                f"--levels has {len(names)} levels but {self.num_actors} actors x {self.envs_per_actor} envs = {envs} environments "
+                f"could not play them all: raise --num-actors or --envs-per-actor so their product is at least {len(names)}"
+            )
 
     def for_observations(self, image: bool) -> "Config":
         """This config with the observation-dependent defaults filled in (and validated again)."""
@@ -227,9 +261,25 @@ class Config:
 
     # --- derived values --------------------------------------------------------------------------
     @property
-    def levels(self) -> tuple[str, ...]:
-        """Levels played; actor i plays levels[i % len(levels)]."""
-        return (self.env,)
+    def level_names(self) -> tuple[str, ...]:
+        """Levels played, in order; Unroll.level indexes this tuple."""
+        if self.levels is None:
+            return (self.env,)
+        from pronghorn import suites
+
+        return suites.expand(self.levels)
+
+    @property
+    def run_name(self) -> str:
+        """A short name for the run: the env, the suite, or the first level and how many more."""
+        if self.levels is None:
+            return self.env
+        from pronghorn import suites
+
+        names = self.level_names
+        if self.levels.strip().lower() in suites.SUITES:
+            return self.levels.strip().lower()
+        return names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}"
 
     @property
     def batch_slots(self) -> int:
@@ -245,7 +295,7 @@ class Config:
     def resolved_logdir(self, stamp: str) -> str:
         if self.logdir:
             return self.logdir
-        return os.path.join("runs", f"{self.env.replace('/', '_')}-{stamp}")
+        return os.path.join("runs", f"{self.run_name.replace('/', '_')}-{stamp}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

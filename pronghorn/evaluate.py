@@ -14,13 +14,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from pronghorn import checkpoint
+from pronghorn import checkpoint, suites
 from pronghorn.config import Config, ConfigError
 from pronghorn.envs import probe
 from pronghorn.envs.batch import GymBatch
 from pronghorn.envs.single import make_single
 from pronghorn.losses import clip_rewards
-from pronghorn.models import Agent
+from pronghorn.models import build_agent
 
 _MAX_PARALLEL = 8
 
@@ -60,14 +60,14 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
     cfg, path, state = load_run(logdir, checkpoint_path)
     torch.manual_seed(seed)
     results = {}
-    for level in cfg.levels:
+    for index, level in enumerate(cfg.level_names):
         spec = probe(level, cfg)
-        agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size)
+        agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
         agent.load_state_dict(state["learner"]["agent"])
         agent.eval()
         n = min(episodes, _MAX_PARALLEL)
-        render = video is not None and level == cfg.levels[0]
-        env = GymBatch(level, lambda s: make_single(level, s, cfg, render_mode="rgb_array" if render else None),
+        render = video is not None and level == cfg.level_names[0]
+        env = GymBatch(level, lambda lv, s: make_single(lv, s, cfg, render_mode="rgb_array" if render else None),
                        [seed + j for j in range(n)], spec.frames_per_step, cfg.episodic_life)
         quota = [math.ceil(episodes / n)] * n  # every env plays its share: no bias toward short games
         returns: list[float] = []
@@ -78,11 +78,12 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
             done = np.ones(n, dtype=bool)  # the first observation starts an episode
             last_action = torch.zeros(n, dtype=torch.long)
             core = agent.initial_state(n)
+            level_t = torch.full((n,), index, dtype=torch.int64)
             while len(returns) < episodes:
                 reward = clip_rewards(torch.from_numpy(out.reward), cfg.reward_clipping)
                 # The core state is carried across steps and reset (inside the agent) where done.
                 agent_out, core = agent(torch.from_numpy(out.obs)[None], last_action[None], reward[None],
-                                        torch.from_numpy(done)[None], core, greedy=greedy)
+                                        torch.from_numpy(done)[None], core, greedy=greedy, level=level_t)
                 last_action = agent_out.action[0]
                 if writer is not None:
                     writer.append_data(env.render(0))
@@ -101,7 +102,13 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
                 writer.close()
             env.close()
         results[level] = {"episodes": len(returns), "return": _summary(returns), "length_frames": _summary(lengths)}
+        hns = suites.human_normalized(level, results[level]["return"]["mean"])
+        if hns is not None:
+            results[level]["human_normalized"] = hns
     summary = {"checkpoint": path, "frames": int(state["learner"]["frames"]), "greedy": greedy, "levels": results}
+    suite = suites.suite_summary({lv: r["human_normalized"] for lv, r in results.items() if "human_normalized" in r})
+    if suite:
+        summary["suite"] = suite
     if video is not None:
         summary["video"] = video
     return summary

@@ -59,8 +59,16 @@ class Learner:
             values=values,
             bootstrap_value=bootstrap_value,
         )
-        pg = policy_gradient_loss(logits, actions, vt.pg_advantages)
-        bl = cfg.baseline_cost * baseline_loss(vt.vs, values)
+        popart, level = self.agent.popart, batch.level[0]
+        if popart is None:
+            pg = policy_gradient_loss(logits, actions, vt.pg_advantages)
+            bl = cfg.baseline_cost * baseline_loss(vt.vs, values)
+        else:
+            # PopArt: each level's advantages and value error are measured in units of its own target
+            # scale, so a level with large returns does not drown the others' gradients.
+            sigma = popart.sigma().detach()[level]  # [B]
+            pg = policy_gradient_loss(logits, actions, vt.pg_advantages / sigma)
+            bl = cfg.baseline_cost * baseline_loss(popart.normalize(vt.vs, level), popart.normalize(values, level))
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
@@ -76,6 +84,8 @@ class Learner:
         if finite:
             self.optimizer.step()
             self.bad_updates_in_a_row = 0
+            if popart is not None:
+                popart.update(vt.vs, level, cfg.popart_step)  # after the step: the graph above used the old statistics
         else:
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_updates_in_a_row += 1
@@ -86,7 +96,7 @@ class Learner:
         lag = (self.steps - batch.policy_version).float()  # updates between acting and this update
         self.steps += int(finite)
         entropy = -neg_entropy.item() / (t * b)  # mean per-step policy entropy
-        return {
+        metrics = {
             "total_loss": total.item(),
             "pg_loss": pg.item(),
             "baseline_loss": bl.item(),
@@ -99,6 +109,10 @@ class Learner:
             "policy_lag_max": lag.max().item(),
             "skipped_updates": float(self.skipped_updates),
         }
+        if popart is not None:
+            for name, mu, sigma in zip(cfg.level_names, popart.mu.tolist(), popart.sigma().tolist()):
+                metrics[f"popart_mu/{name}"], metrics[f"popart_sigma/{name}"] = mu, sigma
+        return metrics
 
     def state_dict(self) -> dict:
         return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(), "frames": self.frames, "steps": self.steps}

@@ -118,7 +118,8 @@ class TensorBoardSink:
     def metrics(self, frames: int, values: dict[str, float]) -> None:
         for key, value in values.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
-                self._writer.add_scalar(f"learner/{key}", value, frames)
+                # Keys with a slash are tags already (`<level>/human_normalized`, `suite/hns_median`).
+                self._writer.add_scalar(key if "/" in key else f"learner/{key}", value, frames)
 
     def episodes(self, episodes: list[Episode]) -> None:
         for e in episodes:
@@ -151,6 +152,10 @@ class ConsoleSink:
             f"frames {frames:>11,} | fps {values.get('fps', 0):>8,.0f} | return(last {len(self._recent)}) {mean:8.2f}"
             f" | lag {values.get('policy_lag_mean', 0):4.1f} | loss {values.get('total_loss', 0):9.3f}"
         )
+        if math.isfinite(values.get("suite/hns_median", float("nan"))):
+            line += f" | hns median {values['suite/hns_median']:6.3f}"
+        elif math.isfinite(values.get("suite/mean_return", float("nan"))):
+            line += f" | mean over levels {values['suite/mean_return']:8.2f}"
         if self._bar is not None:
             self._bar.n = min(frames, self._total)
             self._bar.refresh()

@@ -6,11 +6,13 @@ All inputs are time-major `[T, B, ...]`; the actor calls with T=1.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pronghorn.popart import PopArtHead
 from pronghorn.records import AgentOutput
 
 
@@ -39,6 +41,22 @@ class ShallowTorso(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.convs(x.float() / 255.0)
         return F.relu(self.fc(x.flatten(1)))
+
+
+class SmallTorso(nn.Module):
+    """For small grids such as MinAtar's 10x10: conv 16x3x3/1, fully connected 128 (Young & Tian 2019).
+
+    Inputs are 0/1 occupancy channels, so they are not rescaled."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        super().__init__()
+        c, h, w = obs_shape
+        self.conv = nn.Conv2d(c, 16, 3, stride=1)
+        self.fc = nn.Linear(16 * (h - 2) * (w - 2), 128)
+        self.out_size = 128
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.fc(F.relu(self.conv(x.float())).flatten(1)))
 
 
 class _Residual(nn.Module):
@@ -84,21 +102,30 @@ def sample_actions(logits: torch.Tensor) -> torch.Tensor:
 
 
 def pick_torso(model: str, obs_shape: tuple[int, ...]) -> str:
-    """Resolve `auto`: images (3-d observations) get the shallow CNN, everything else the MLP."""
+    """Resolve `auto`: small grids (3-d, under 36 pixels a side) get the small CNN, images the shallow CNN, vectors the MLP."""
     if model != "auto":
         return model
-    return "shallow" if len(obs_shape) == 3 else "mlp"
+    if len(obs_shape) == 3:
+        return "small" if max(obs_shape[1:]) < 36 else "shallow"
+    return "mlp"
+
+
+def build_agent(cfg, obs_shape: tuple[int, ...], num_actions: int) -> "Agent":
+    """The agent a Config describes (one PopArt value per level with --popart)."""
+    return Agent(obs_shape, num_actions, cfg.model, cfg.lstm, cfg.hidden_size, popart_levels=len(cfg.level_names) if cfg.popart else 0)
 
 
 class Agent(nn.Module):
     """Policy and baseline over a torso and an optional LSTM core."""
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: str = "auto", lstm: bool = False, hidden_size: int = 64):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: str = "auto", lstm: bool = False, hidden_size: int = 64,
+                 popart_levels: int = 0):
         super().__init__()
         kind = pick_torso(model, obs_shape)
-        if kind in ("shallow", "deep") and len(obs_shape) != 3:
+        if kind in ("small", "shallow", "deep") and len(obs_shape) != 3:
             raise ValueError(f"--model {kind} needs image observations [C, H, W], got shape {obs_shape}: use --model mlp")
-        self.torso = {"mlp": lambda: MLPTorso(obs_shape, hidden_size), "shallow": lambda: ShallowTorso(obs_shape), "deep": lambda: DeepTorso(obs_shape)}[kind]()
+        torsos = {"mlp": MLPTorso, "small": SmallTorso, "shallow": ShallowTorso, "deep": DeepTorso}
+        self.torso = torsos[kind](obs_shape, hidden_size) if kind == "mlp" else torsos[kind](obs_shape)
         self.num_actions = num_actions
         self.use_lstm = lstm
         features = self.torso.out_size
@@ -107,7 +134,9 @@ class Agent(nn.Module):
             # The core also sees the previous action (one-hot) and the clipped reward, as in IMPALA.
             self.core = nn.LSTM(features + num_actions + 1, self.core_size)
         self.policy = nn.Linear(features, num_actions)
-        self.baseline = nn.Linear(features, 1)
+        # With PopArt the baseline is one normalised value per level, unnormalised by that level's statistics.
+        self.popart = PopArtHead(features, popart_levels) if popart_levels else None
+        self.baseline = None if self.popart else nn.Linear(features, 1)
 
     def initial_state(self, batch_size: int) -> torch.Tensor:
         """LSTM (h, c) as one tensor [2, B, H]; a [2, B, 1] placeholder without LSTM (keeps slots uniform)."""
@@ -121,6 +150,7 @@ class Agent(nn.Module):
         done: torch.Tensor,  # [T, B] bool, obs[t] starts a new episode
         core_state: torch.Tensor,  # [2, B, H]
         greedy: bool = False,
+        level: Optional[torch.Tensor] = None,  # [B] int64 level of each column (PopArt only; default level 0)
     ) -> tuple[AgentOutput, torch.Tensor]:
         t, b = obs.shape[:2]
         x = self.torso(obs.reshape(t * b, *obs.shape[2:]))
@@ -141,7 +171,11 @@ class Agent(nn.Module):
             x = torch.cat(outputs).reshape(t * b, -1)
             core_state = torch.cat([h, c])
         logits = self.policy(x)
-        baseline = self.baseline(x).squeeze(-1)
+        if self.popart is None:
+            baseline = self.baseline(x).squeeze(-1)
+        else:
+            level = torch.zeros(b, dtype=torch.int64, device=x.device) if level is None else level
+            baseline, _ = self.popart(x, level.expand(t, b).reshape(t * b))
         if greedy:
             action = logits.argmax(dim=-1)
         else:

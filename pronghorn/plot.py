@@ -16,6 +16,21 @@ def read_episodes(logdir: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def read_suite(logdir: str) -> tuple[str, list[tuple[float, float, float]]]:
+    """The run's suite figure (median human-normalised score for Atari suites, else the mean over levels
+    of each level's recent return) as (frames, seconds, value) rows; ("", []) for a one-level run."""
+    path = os.path.join(logdir, "metrics.csv")
+    if not os.path.exists(path):
+        return "", []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for key, label in (("suite/hns_median", "median human-normalised score"), ("suite/mean_return", "mean over levels of the return (last 100)")):
+        points = [(float(r["frames"]), float(r["time"]), float(r[key])) for r in rows if r.get(key) not in (None, "", "nan")]
+        if points:
+            return label, points
+    return "", []
+
+
 def smooth(values: Sequence[float], window: int) -> list[float]:
     """Trailing mean over up to `window` points (the same smoothing the console's mean return uses)."""
     out, acc, queue = [], 0.0, collections.deque()
@@ -47,8 +62,27 @@ def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: in
     for d in logdirs:
         groups[os.path.basename(os.path.normpath(d))].append(d)
     levels = sorted({row["level"] for rows in runs.values() for row in rows})
-    fig, axes = plt.subplots(1, max(1, len(levels)), figsize=(size[0] * max(1, len(levels)), size[1]), squeeze=False)
-    for ax, level in zip(axes[0], levels or ["(no episodes yet)"]):
+    suite = {d: read_suite(d) for d in logdirs} if len(levels) > 1 else {}
+    panels = len(levels or [0]) + bool(suite)
+    cols = min(panels, 5)
+    rows = -(-panels // cols)
+    fig, grid_axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
+    axes = list(grid_axes.flat)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    if suite:
+        ax = axes[panels - 1]  # the suite's panel comes last
+        labels = {label for label, _ in suite.values() if label}
+        for d, (_, points) in suite.items():
+            if points:
+                ax.plot([p[0] if x == "frames" else p[1] for p in points], [p[2] for p in points], label=os.path.basename(os.path.normpath(d)))
+        ax.set_title("suite")
+        ax.set_xlabel("environment frames" if x == "frames" else "wall-clock seconds")
+        ax.set_ylabel(" / ".join(sorted(labels)) or "no suite figure yet")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    for ax, level in zip(axes, levels or ["(no episodes yet)"]):
         for name, members in groups.items():
             curves = [_curve([r for r in runs[d] if r["level"] == level], x, window) for d in members]
             curves = [c for c in curves if c[0]]

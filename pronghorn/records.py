@@ -65,7 +65,7 @@ class Unroll(NamedTuple):
     policy_logits: torch.Tensor  # [T+1, E, A] float32
     core_state: torch.Tensor  # [2, E, H] float32; LSTM (h, c) before row 0 (H=1 and unused without LSTM)
     policy_version: torch.Tensor  # [1, E] int64; learner version of the weights that acted
-    level: torch.Tensor  # [1, E] int64; index into Config.levels
+    level: torch.Tensor  # [1, E] int64; index into Config.level_names
 
 
 def unroll_spec(

@@ -20,13 +20,14 @@ import torch
 
 from pronghorn import checkpoint
 from pronghorn.config import Config, ConfigError
-from pronghorn.envs import probe
+from pronghorn.envs import probe_levels
 from pronghorn.learner import Learner
 from pronghorn.logs import Episode, standard_logger, trim_csv
-from pronghorn.models import Agent
+from pronghorn.models import build_agent
 from pronghorn.records import Unroll
 from pronghorn.runtime import LocalRuntime
 from pronghorn.staging import Staging
+from pronghorn.stats import LevelStats
 
 log = logging.getLogger("pronghorn")
 
@@ -134,32 +135,6 @@ class _Interval:
         return row
 
 
-class _Stats:
-    """Per-level recent returns and episode counts: logged, checkpointed, used for the stop target."""
-
-    def __init__(self, levels: tuple[str, ...], saved: Optional[dict] = None):
-        saved = saved or {}
-        self.recent = {lv: collections.deque(saved.get("recent", {}).get(lv, []), maxlen=100) for lv in levels}
-        self.episodes = int(saved.get("episodes", 0))
-        self.generation = int(saved.get("generation", -1)) + 1  # how many times this run has been started
-
-    def add(self, episodes: list[Episode]) -> None:
-        self.episodes += len(episodes)
-        for e in episodes:
-            self.recent[e.level].append(e.episode_return)
-
-    def mean_return(self) -> float:
-        values = [r for q in self.recent.values() for r in q]
-        return sum(values) / len(values) if values else float("nan")
-
-    def reached(self, target: Optional[float]) -> bool:
-        """Every level's last 100 episodes average at least `target`."""
-        return target is not None and all(len(q) == q.maxlen and sum(q) / len(q) >= target for q in self.recent.values())
-
-    def state_dict(self) -> dict:
-        return {"recent": {lv: list(q) for lv, q in self.recent.items()}, "episodes": self.episodes, "generation": self.generation}
-
-
 def _rng_state() -> dict:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 
@@ -172,7 +147,7 @@ def _set_rng_state(state: dict) -> None:
 
 def train(cfg: Config) -> TrainResult:
     """Train until --total-frames (or the return target); returns where everything went."""
-    spec = probe(cfg.env, cfg)
+    spec = probe_levels(cfg)
     cfg = cfg.for_observations(image=len(spec.obs_shape) == 3)
     logdir, resumed_from, saved = prepare_logdir(cfg)
     torch.manual_seed(cfg.seed)
@@ -181,9 +156,9 @@ def train(cfg: Config) -> TrainResult:
     torch.set_num_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
     torch.use_deterministic_algorithms(cfg.deterministic)
     device = resolve_device(cfg.device)
-    agent = Agent(spec.obs_shape, spec.num_actions, cfg.model, cfg.lstm, cfg.hidden_size).to(device)
+    agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
     learner = Learner(cfg, agent, spec.frames_per_step)
-    stats = _Stats(cfg.levels, saved["stats"] if saved else None)
+    stats = LevelStats(cfg.level_names, saved["stats"] if saved else None)
     if saved is not None:
         try:
             learner.load_state_dict(saved["learner"])
@@ -224,6 +199,7 @@ def train(cfg: Config) -> TrainResult:
                 time=time.time() - start, learner_steps=learner.steps, full_queue_occupancy=runtime.full_occupancy(),
                 env_failures=runtime.env_failures(), actor_restarts=runtime.restarts, episodes=stats.episodes, mean_return_100=stats.mean_return(),
             )
+            row.update(stats.level_metrics())
             logger.metrics(learner.frames, row)
             interval.reset(learner.frames)
 
@@ -237,7 +213,7 @@ def train(cfg: Config) -> TrainResult:
                     f"the last good state is checkpointed in {checkpoint.folder(logdir)}. Check the rewards and observations, or lower --learning-rate"
                 )
             runtime.weights.publish(agent, learner.steps)  # weights back to the actors
-            done = finished_episodes(staged.data, learner.frames, cfg.levels, time.time())
+            done = finished_episodes(staged.data, learner.frames, cfg.level_names, time.time())
             logger.episodes(done)
             stats.add(done)
             interval.add(metrics, staged.wait_s, staged.stage_s)

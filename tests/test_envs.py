@@ -31,7 +31,7 @@ def test_auto_reset_happens_in_the_same_step_and_truncation_keeps_final_obs():
 
 
 def test_life_loss_ends_training_episode_but_statistics_cover_the_game():
-    env = GymBatch("Lives-v0", lambda seed: make_single("tests.flaky_env:Lives-v0", seed, Config()), [0], 1, episodic_life=True)
+    env = GymBatch("Lives-v0", lambda level, seed: make_single("tests.flaky_env:Lives-v0", seed, Config()), [0], 1, episodic_life=True)
     env.reset()
     terminated, ends = [], []
     for _ in range(12):
@@ -44,7 +44,7 @@ def test_life_loss_ends_training_episode_but_statistics_cover_the_game():
 
 
 def test_env_failure_is_recovered_and_counted():
-    env = GymBatch("Flaky", lambda seed: make_single("tests.flaky_env:FlakyCartPole-v0", seed, Config()), [0, 1], 1, True)
+    env = GymBatch("Flaky", lambda level, seed: make_single("tests.flaky_env:FlakyCartPole-v0", seed, Config()), [0, 1], 1, True)
     env.reset()
     for _ in range(400):
         out = env.step(np.zeros(2, np.int64))

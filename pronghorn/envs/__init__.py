@@ -8,7 +8,7 @@ unknown id into a ConfigError.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from pronghorn.envs.single import is_atari, make_single
 
 log = logging.getLogger("pronghorn.envs")
 
-__all__ = ["BatchedEnv", "EnvSpec", "make_batched", "probe", "is_atari"]
+__all__ = ["BatchedEnv", "EnvSpec", "make_batched", "probe", "probe_levels", "is_atari"]
 
 
 class EnvSpec(NamedTuple):
@@ -31,13 +31,16 @@ class EnvSpec(NamedTuple):
     reward_threshold: Optional[float]
 
 
-def make_batched(level: str, seeds: list[int], cfg: Config) -> BatchedEnv:
-    """E environments of `level`, env j seeded seeds[j], on the configured backend."""
+def make_batched(levels: Union[str, Sequence[str]], seeds: list[int], cfg: Config) -> BatchedEnv:
+    """E environments, env j of level levels[j] (or all of `levels`) seeded seeds[j], on the configured backend."""
+    levels = [levels] * len(seeds) if isinstance(levels, str) else list(levels)
     if cfg.env_backend == "envpool":
         from pronghorn.envs.envpool_batch import EnvpoolBatch
 
-        return EnvpoolBatch(level, seeds, cfg)
-    return GymBatch(level, lambda seed: make_single(level, seed, cfg), seeds, frames_per_step(level), cfg.episodic_life, cfg.max_env_failures)
+        assert len(set(levels)) == 1, "envpool steps one level per pool (Config refuses fewer actors than levels)"
+        return EnvpoolBatch(levels[0], seeds, cfg)
+    return GymBatch(levels, lambda level, seed: make_single(level, seed, cfg), seeds, frames_per_step(levels[0]), cfg.episodic_life,
+                    cfg.max_env_failures)
 
 
 def frames_per_step(level: str) -> int:
@@ -99,3 +102,24 @@ def probe(level: str, cfg: Config) -> EnvSpec:
     if is_atari(level):
         threshold = None  # ALE ids carry no meaningful threshold; Atari runs stop at --total-frames
     return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype), int(act_space.n), frames_per_step(level), threshold)
+
+
+def probe_levels(cfg: Config) -> EnvSpec:
+    """Probe every level of the run; they must share one agent (observation, actions, frames per step).
+
+    Returns the shared spec; its reward threshold is kept only if every level has the same one.
+    """
+    names = cfg.level_names
+    first = probe(names[0], cfg)
+    thresholds = {first.reward_threshold}
+    for level in names[1:]:
+        spec = probe(level, cfg)
+        thresholds.add(spec.reward_threshold)
+        for what, a, b in (("observation shape", first.obs_shape, spec.obs_shape), ("observation dtype", first.obs_dtype, spec.obs_dtype),
+                           ("number of actions", first.num_actions, spec.num_actions), ("frames per step", first.frames_per_step, spec.frames_per_step)):
+            if a != b:
+                raise ConfigError(
+                    f"levels {names[0]} ({what} {a}) and {level} ({what} {b}) cannot share one agent: "
+                    f"train them in separate runs, or pick levels with the same spaces"
+                )
+    return first._replace(reward_threshold=first.reward_threshold if len(thresholds) == 1 else None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
@@ -79,16 +79,17 @@ class GymBatch:
     and `failures` goes up.
     """
 
-    def __init__(self, level: str, factory: Callable[[int], gym.Env], seeds: list[int], frames_per_step: int, episodic_life: bool,
-                 max_failures: int = 5):
-        self.level = level
+    def __init__(self, levels: Union[str, Sequence[str]], factory: Callable[[str, int], gym.Env], seeds: list[int], frames_per_step: int,
+                 episodic_life: bool, max_failures: int = 5):
+        """levels: one level for every env, or env j's level; factory(level, seed) makes one env."""
+        self.levels = [levels] * len(seeds) if isinstance(levels, str) else list(levels)
         self.num_envs = len(seeds)
         self.failures = 0
         self._max_failures = max_failures
         self._in_a_row = [0] * self.num_envs  # consecutive failures per env: a broken env must not spin forever
         self._factory = factory
         self._seeds = list(seeds)
-        self._envs = [factory(seed) for seed in seeds]
+        self._envs = [factory(level, seed) for level, seed in zip(self.levels, seeds)]
         space = self._envs[0].observation_space
         self._out = empty_output(self.num_envs, space.shape, space.dtype)
         self._stats = EpisodeTracker(self.num_envs, frames_per_step, episodic_life)
@@ -103,22 +104,22 @@ class GymBatch:
         self._in_a_row[j] += 1
         if self._in_a_row[j] >= self._max_failures:
             raise RuntimeError(
-                f"env {j} of level {self.level} failed {self._in_a_row[j]} times in a row (--max-env-failures "
+                f"env {j} of level {self.levels[j]} failed {self._in_a_row[j]} times in a row (--max-env-failures "
                 f"{self._max_failures}); last error: {exc!r}"
             )
-        log.warning("env %d of level %s raised %r; recreating it (env failures so far: %d)", j, self.level, exc, self.failures)
+        log.warning("env %d of level %s raised %r; recreating it (env failures so far: %d)", j, self.levels[j], exc, self.failures)
         for attempt in range(_MAX_RECREATE_TRIES):
             try:
                 self._envs[j].close()
             except Exception:
                 pass  # the broken env may not close cleanly; a new one replaces it either way
             try:
-                self._envs[j] = self._factory(self._seeds[j])
+                self._envs[j] = self._factory(self.levels[j], self._seeds[j])
                 self._reset_one(j, seed=self._seeds[j] + _RECREATE_SEED_STRIDE * self.failures + attempt)
                 return
             except Exception as again:  # noqa: BLE001 - any env error is retried a few times
                 exc = again
-        raise RuntimeError(f"env {j} of level {self.level} could not be recreated after {_MAX_RECREATE_TRIES} tries: {exc!r}")
+        raise RuntimeError(f"env {j} of level {self.levels[j]} could not be recreated after {_MAX_RECREATE_TRIES} tries: {exc!r}")
 
     def reset(self) -> EnvOutput:
         out = self._out

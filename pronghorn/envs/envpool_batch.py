@@ -53,7 +53,7 @@ class EnvpoolBatch:
             reward_clip=False,  # the learner clips; statistics need raw scores
             use_fire_reset=False,  # ale-py's AtariPreprocessing does not press FIRE either
             max_episode_steps=_MAX_EPISODE_STEPS,
-            full_action_space=False,
+            full_action_space=sum(lv.startswith("ALE/") for lv in self._cfg.level_names) > 1,  # as make_single
         )
 
     def reset(self) -> EnvOutput:

@@ -6,7 +6,9 @@ from typing import Optional
 
 import gymnasium as gym
 
+from pronghorn import suites
 from pronghorn.config import Config
+from pronghorn.envs.minatar import make_minatar
 
 _ale_registered = False
 
@@ -38,6 +40,10 @@ def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] =
     factory = custom_factory(level)
     if factory is not None:
         return factory(render_mode=render_mode) if render_mode else factory()
+    if suites.minatar_game(level):
+        # Pad to the most channels among the run's MinAtar levels, so they all share one agent.
+        games = [g for g in map(suites.minatar_game, (*cfg.level_names, level)) if g]
+        return make_minatar(level, max(suites.MINATAR_CHANNELS[g] for g in games), render_mode)
     if not is_atari(level):
         # The passive checker only validates the first calls but stays a wrapper layer on every step.
         kwargs = {"render_mode": render_mode} if render_mode else {}  # custom envs may not take the argument
@@ -50,7 +56,10 @@ def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] =
         _ale_registered = True
     # Action repeat lives in the wrapper (frameskip=1 here) so it can max-pool the last two frames;
     # sticky actions still apply per emulator frame, as in ALE v5.
-    env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=False, render_mode=render_mode)
+    # Several Atari games share one policy head only through the full 18-action set (as IMPALA's
+    # multi-task agent did); a single game keeps its minimal set.
+    full = sum(map(is_atari, cfg.level_names)) > 1
+    env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=full, render_mode=render_mode)
     # Life loss is handled in GymBatch (it ends the training episode, not the game), so it is off here.
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=cfg.noop_max, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True

@@ -17,6 +17,7 @@ import queue
 import signal
 import time
 import traceback
+from pronghorn.actor import actor_label
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
@@ -48,7 +49,7 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
     _die_with_parent()
     if os.getppid() != parent:
         return  # the parent died before the death signal was armed
-    level = cfg.levels[index % len(cfg.levels)]
+    level = actor_label(cfg, index)
     try:
         import setproctitle
 
@@ -148,7 +149,7 @@ class LocalRuntime:
         except queue.Empty:
             return
         log.error("actor %d failed:\n%s", index, trace)
-        raise WorkerError(f"actor {index} ({self.cfg.levels[index % len(self.cfg.levels)]}) failed: {summary}")
+        raise WorkerError(f"actor {index} ({actor_label(self.cfg, index)}) failed: {summary}")
 
     def _on_death(self, i: int) -> None:
         """Called by the router (staging thread) when actor i's process ends."""
@@ -158,7 +159,7 @@ class LocalRuntime:
             self.router.reclaim(i)
             return
         self._reported_error(wait=0.5)  # an actor that raised says so before it exits: that is fatal
-        level = self.cfg.levels[i % len(self.cfg.levels)]
+        level = actor_label(self.cfg, i)
         lost = self.router.reclaim(i)
         now = time.monotonic()
         times = self._restart_times[i]
