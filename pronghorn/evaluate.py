@@ -106,9 +106,11 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
         if hns is not None:
             results[level]["human_normalized"] = hns
     summary = {"checkpoint": path, "frames": int(state["learner"]["frames"]), "greedy": greedy, "levels": results}
-    suite = suites.suite_summary({lv: r["human_normalized"] for lv, r in results.items() if "human_normalized" in r})
-    if suite:
-        summary["suite"] = suite
+    if len(results) > 1:  # the suite figures training logs: mean over levels, and HNS when every level has one
+        summary["suite"] = {"mean_return": sum(r["return"]["mean"] for r in results.values()) / len(results)}
+        hns = {lv: r["human_normalized"] for lv, r in results.items() if "human_normalized" in r}
+        if len(hns) == len(results):
+            summary["suite"].update(suites.suite_summary(hns))
     if video is not None:
         summary["video"] = video
     return summary

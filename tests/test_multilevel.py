@@ -1,5 +1,6 @@
 """Multi-level training: suites, the actor-to-level rule, per-level rows and tags, suite figures."""
 
+import json
 import math
 import os
 
@@ -139,6 +140,8 @@ def test_three_levels_train_with_rows_tags_and_figures_for_each(tmp_path):
     assert state["learner"]["agent"]["popart.mu"].shape == (3,) and set(state["stats"]["recent"]) == {BREAKOUT, FREEWAY, SEAQUEST}
     proc, out, err = run_cli(["evaluate", "--logdir", str(logdir), "--episodes", "2"], timeout=300)
     assert proc.returncode == 0, err[-2000:]
-    assert all(level in out for level in (BREAKOUT, FREEWAY, SEAQUEST))
+    report = json.loads(out)
+    assert set(report["levels"]) == {BREAKOUT, FREEWAY, SEAQUEST} and all(r["episodes"] == 2 for r in report["levels"].values())
+    assert report["suite"]["mean_return"] == pytest.approx(sum(r["return"]["mean"] for r in report["levels"].values()) / 3)
     proc, out, err = run_cli(["plot", str(logdir), "-o", str(tmp_path / "levels.png")], timeout=120)
     assert proc.returncode == 0 and os.path.getsize(tmp_path / "levels.png") > 0, err
