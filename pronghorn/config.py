@@ -212,6 +212,10 @@ class Config:
             for level in self.level_names:
                 need(level.startswith("ALE/"), f"--env-backend envpool serves Atari ids (ALE/<Game>-v5), not {level}: use --env-backend gymnasium")
             need(
+                len(self.level_names) == 1 or "ALE/Skiing-v5" not in self.level_names,
+                "--env-backend envpool cannot give ALE/Skiing-v5 the 18 actions the other levels share (its legal set has 9): use --env-backend gymnasium",
+            )
+            need(
                 self.num_actors >= len(self.level_names),
                 f"--env-backend envpool steps one level per actor, but {len(self.level_names)} levels need at least that many actors: "
                 f"use --num-actors {len(self.level_names)} or --env-backend gymnasium",

@@ -59,6 +59,23 @@ def test_atari_levels_share_the_full_action_set_and_a_single_game_keeps_its_own(
     assert probe_levels(Config(env="ALE/Pong-v5")).num_actions == 6
 
 
+def test_skiing_gets_all_18_actions_each_mapped_to_its_form_without_fire():
+    from pronghorn.envs.single import make_single
+
+    env = make_single("ALE/Skiing-v5", 0, Config(levels="ALE/Pong-v5,ALE/Skiing-v5"))
+    try:
+        assert env.action_space.n == 18
+        legal = env.unwrapped.get_action_meanings()  # NOOP, UP, RIGHT, ... without FIRE
+        wrapper = env
+        while not hasattr(wrapper, "_map"):
+            wrapper = wrapper.env
+        assert [legal[wrapper.action(a)] for a in (0, 1, 3, 11, 17)] == ["NOOP", "NOOP", "RIGHT", "RIGHT", "DOWNLEFT"]
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="Skiing-v5 the 18 actions"):
+        Config(levels="ALE/Pong-v5,ALE/Skiing-v5", env_backend="envpool")
+
+
 def test_minatar_levels_are_padded_to_one_observation_and_the_full_action_set():
     spec = probe_levels(Config(levels="minatar"))
     assert spec.obs_shape == (10, 10, 10) and spec.num_actions == 6

@@ -35,6 +35,24 @@ def custom_factory(level: str):
     return factory
 
 
+# ALE's 18 actions in order; ALE's "full" set for Skiing has only the 9 without FIRE (FIRE does nothing there).
+FULL_ACTIONS = ("NOOP", "FIRE", "UP", "RIGHT", "LEFT", "DOWN", "UPRIGHT", "UPLEFT", "DOWNRIGHT", "DOWNLEFT", "UPFIRE", "RIGHTFIRE",
+                "LEFTFIRE", "DOWNFIRE", "UPRIGHTFIRE", "UPLEFTFIRE", "DOWNRIGHTFIRE", "DOWNLEFTFIRE")
+
+
+class FullActionSet(gym.ActionWrapper):
+    """All 18 actions for a game whose legal set is smaller: each maps to its legal form without FIRE."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        legal = list(env.unwrapped.get_action_meanings())
+        self._map = [legal.index(m.replace("FIRE", "") or "NOOP") if (m.replace("FIRE", "") or "NOOP") in legal else 0 for m in FULL_ACTIONS]
+        self.action_space = gym.spaces.Discrete(len(FULL_ACTIONS))
+
+    def action(self, action: int) -> int:
+        return self._map[int(action)]
+
+
 def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] = None) -> gym.Env:
     """Make one environment. It is seeded by its first `reset(seed=...)`, which GymBatch does."""
     factory = custom_factory(level)
@@ -60,6 +78,8 @@ def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] =
     # multi-task agent did); a single game keeps its minimal set.
     full = sum(map(is_atari, cfg.level_names)) > 1
     env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=full, render_mode=render_mode)
+    if full and env.action_space.n < len(FULL_ACTIONS):
+        env = FullActionSet(env)
     # Life loss is handled in GymBatch (it ends the training episode, not the game), so it is off here.
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=cfg.noop_max, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True
