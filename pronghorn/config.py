@@ -281,9 +281,7 @@ class Config:
         from pronghorn import suites
 
         names = self.level_names
-        if self.levels.strip().lower() in suites.SUITES:
-            return self.levels.strip().lower()
-        return names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}"
+        return suites.suite_name(self.levels) or (names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}")
 
     @property
     def batch_slots(self) -> int:

@@ -49,6 +49,15 @@ def _curve(rows: list[dict], x: str, window: int) -> tuple[list[float], list[flo
     return xs, smooth([float(r["episode_return"]) for r in rows], window)
 
 
+def _label(ax, title: str, x: str, ylabel: str) -> None:
+    ax.set_title(title)
+    ax.set_xlabel("environment frames" if x == "frames" else "wall-clock seconds")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+
+
 def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: int = 100, size: tuple[float, float] = (6, 4), dpi: int = 100) -> str:
     """One panel per level; one line per run, or mean and min-max band for runs that share a folder name."""
     import matplotlib
@@ -76,12 +85,7 @@ def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: in
         for d, (_, points) in suite.items():
             if points:
                 ax.plot([p[0] if x == "frames" else p[1] for p in points], [p[2] for p in points], label=os.path.basename(os.path.normpath(d)))
-        ax.set_title("suite")
-        ax.set_xlabel("environment frames" if x == "frames" else "wall-clock seconds")
-        ax.set_ylabel(" / ".join(sorted(labels)) or "no suite figure yet")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
+        _label(ax, "suite", x, " / ".join(sorted(labels)) or "no suite figure yet")
     for ax, level in zip(axes, levels or ["(no episodes yet)"]):
         for name, members in groups.items():
             curves = [_curve([r for r in runs[d] if r["level"] == level], x, window) for d in members]
@@ -93,12 +97,7 @@ def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: in
                 ys = np.stack([np.interp(grid, c[0], c[1]) for c in curves])
                 line = ax.plot(grid, ys.mean(0), label=f"{name} (mean of {len(curves)})")[0]
                 ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
-        ax.set_title(level)
-        ax.set_xlabel("environment frames" if x == "frames" else "wall-clock seconds")
-        ax.set_ylabel(f"episode return (mean of last {window})")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
+        _label(ax, level, x, f"episode return (mean of last {window})")
     fig.tight_layout()
     fig.savefig(output, dpi=dpi)  # no bbox cropping: the PNG is exactly size * dpi pixels
     plt.close(fig)

@@ -50,12 +50,18 @@ UNAVAILABLE = {
 }
 
 
+def suite_name(levels: str) -> Optional[str]:
+    """The suite `levels` names (case and spaces ignored), or None for a list of level ids."""
+    name = levels.strip().lower()
+    return name if name in SUITES else None
+
+
 def expand(levels: str) -> tuple[str, ...]:
     """A suite name or a comma-separated list of level ids -> the level ids, in order."""
-    name = levels.strip()
-    if name.lower() in SUITES:
-        return SUITES[name.lower()]
-    return tuple(part.strip() for part in name.split(",") if part.strip())
+    suite = suite_name(levels)
+    if suite is not None:
+        return SUITES[suite]
+    return tuple(part.strip() for part in levels.split(",") if part.strip())
 
 
 def atari_game(level: str) -> Optional[str]:

@@ -8,6 +8,7 @@ import numpy as np
 
 from pronghorn.config import Config
 from pronghorn.envs.batch import EpisodeTracker, empty_output
+from pronghorn.envs.single import uses_full_action_set
 from pronghorn.records import EnvOutput
 
 log = logging.getLogger("pronghorn.envs")
@@ -53,7 +54,7 @@ class EnvpoolBatch:
             reward_clip=False,  # the learner clips; statistics need raw scores
             use_fire_reset=False,  # ale-py's AtariPreprocessing does not press FIRE either
             max_episode_steps=_MAX_EPISODE_STEPS,
-            full_action_space=sum(lv.startswith("ALE/") for lv in self._cfg.level_names) > 1,  # as make_single
+            full_action_space=uses_full_action_set(self._cfg),
         )
 
     def reset(self) -> EnvOutput:

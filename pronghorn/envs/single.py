@@ -17,6 +17,12 @@ def is_atari(level: str) -> bool:
     return level.startswith("ALE/")
 
 
+def uses_full_action_set(cfg: Config) -> bool:
+    """Several Atari games share one policy head only through the full 18-action set (as IMPALA's
+    multi-task agent did); a single game keeps its minimal set. Both backends ask here."""
+    return sum(map(is_atari, cfg.level_names)) > 1
+
+
 def custom_factory(level: str):
     """For `module:factory` (a callable returning a gymnasium.Env), the callable; None for a registered id.
 
@@ -46,7 +52,8 @@ class FullActionSet(gym.ActionWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         legal = list(env.unwrapped.get_action_meanings())
-        self._map = [legal.index(m.replace("FIRE", "") or "NOOP") if (m.replace("FIRE", "") or "NOOP") in legal else 0 for m in FULL_ACTIONS]
+        without_fire = [m.replace("FIRE", "") or "NOOP" for m in FULL_ACTIONS]  # "FIRE" alone becomes NOOP
+        self._map = [legal.index(m) if m in legal else 0 for m in without_fire]
         self.action_space = gym.spaces.Discrete(len(FULL_ACTIONS))
 
     def action(self, action: int) -> int:
@@ -74,9 +81,7 @@ def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] =
         _ale_registered = True
     # Action repeat lives in the wrapper (frameskip=1 here) so it can max-pool the last two frames;
     # sticky actions still apply per emulator frame, as in ALE v5.
-    # Several Atari games share one policy head only through the full 18-action set (as IMPALA's
-    # multi-task agent did); a single game keeps its minimal set.
-    full = sum(map(is_atari, cfg.level_names)) > 1
+    full = uses_full_action_set(cfg)
     env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=full, render_mode=render_mode)
     if full and env.action_space.n < len(FULL_ACTIONS):
         env = FullActionSet(env)
