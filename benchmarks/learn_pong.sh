@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Train ALE/Pong-v5 with IMPALA's shallow network for 5M frames (IMPALA's defaults otherwise), then write
-# the learning curve (PNG) and print the final mean return and the wall time.
-#   benchmarks/learn_pong.sh                       # 5M frames, envpool backend, into runs/learn_pong
+# Train ALE/Pong-v5 with pronghorn's defaults (shallow CNN, the image settings) for 10M frames, then write
+# the learning curve (PNG) and print the final mean return and the wall time. Extra flags pass through.
+#   benchmarks/learn_pong.sh                       # 10M frames, envpool backend, into runs/learn_pong
+#   SEED=1 LOGDIR=runs/learn_pong_s1 benchmarks/learn_pong.sh
 #   FRAMES=10M BACKEND=gymnasium LOGDIR=runs/p2 benchmarks/learn_pong.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FRAMES=${FRAMES:-5M}
+FRAMES=${FRAMES:-10M}
+SEED=${SEED:-0}
 BACKEND=${BACKEND:-envpool}
 LOGDIR=${LOGDIR:-runs/learn_pong}
 PY=${PY:-.venv/bin/python}
 start=$(date +%s)
-"$PY" -m pronghorn.cli train --env ALE/Pong-v5 --model shallow --env-backend "$BACKEND" --num-actors 2 \
+"$PY" -m pronghorn.cli train --env ALE/Pong-v5 --env-backend "$BACKEND" --num-actors 2 --seed "$SEED" \
   --total-frames "$FRAMES" --logdir "$LOGDIR" --no-progress --log-interval 30 "$@"
 end=$(date +%s)
 "$PY" -m pronghorn.cli plot "$LOGDIR" -o "$LOGDIR/curve.png"

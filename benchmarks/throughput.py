@@ -120,7 +120,7 @@ def main() -> None:
     results = []
     for name in args.only or list(SETTINGS):
         cfg = Config(num_actors=args.num_actors, **SETTINGS[name])
-        cfg = cfg.for_observations(image=len(probe(cfg.env, cfg).obs_shape) == 3)
+        cfg = cfg.for_observations(probe(cfg.env, cfg).obs_shape)
         costs = measure_components(cfg, args.seconds)
         per_frame = sum(costs.values())
         limit = cores / per_frame

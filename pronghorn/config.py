@@ -60,6 +60,16 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
+def resolve_torso(model: str, obs_shape: tuple[int, ...]) -> str:
+    """The torso `--model` names; `auto`: small grids (3-d, under 36 pixels a side) get the small CNN, images the
+    shallow CNN, vectors the MLP."""
+    if model != "auto":
+        return model
+    if len(obs_shape) == 3:
+        return "small" if max(obs_shape[1:]) < 36 else "shallow"
+    return "mlp"
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Train an IMPALA agent: actors step environments, a V-trace learner trains on their unrolls."""
@@ -83,22 +93,24 @@ class Config:
     """Atari: at most this many no-op actions at the start of each game."""
 
     # --- agent ---------------------------------------------------------------------------------
-    model: Literal["auto", "mlp", "small", "shallow", "deep"] = "auto"
+    model: Literal["auto", "mlp", "small", "shallow", "nature", "deep"] = "auto"
     """Network torso: `mlp` for vector observations, `small` (one conv layer) for small grids such as MinAtar, `shallow` or `deep` (IMPALA CNNs) for images; `auto` picks by observation."""
     lstm: bool = False
     """Add an LSTM core fed with the torso features, the previous action and the clipped reward."""
     hidden_size: int = 64
     """Width of the MLP layers (images use IMPALA's 256-unit layer)."""
+    init: Literal["orthogonal", "torch"] = "orthogonal"
+    """Weight initialisation: `orthogonal` (gain sqrt 2 in the torso, 0.01 for the policy head, 1 for the baseline, zero biases) or `torch` (PyTorch's layer defaults)."""
 
     # --- actors, buffers, batches --------------------------------------------------------------
     num_actors: int = 2
     """Actor processes."""
     envs_per_actor: int = 8
     """Environments each actor steps together as one batch."""
-    unroll_length: int = 20
-    """T: environment steps per unroll (each unroll carries T+1 observations)."""
+    unroll_length: Optional[int] = None
+    """T: environment steps per unroll (each unroll carries T+1 observations); default 20 (IMPALA), but 5 for the image CNNs (shallow, nature, deep; see --batch-size)."""
     batch_size: Optional[int] = None
-    """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 32 (IMPALA) for image observations, 16 for vector ones."""
+    """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 16 (32, IMPALA's, for small grids such as MinAtar). For the image CNNs, 16 unrolls of T=5 (80 steps, as in A2C) give ~31K updates per 10M frames, which the shallow CNN needed to learn Pong; with IMPALA's 32 x 20 (3.9K updates) Pong stayed at -20 after 10M frames."""
     num_buffers: Optional[int] = None
     """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus two per actor."""
 
@@ -106,17 +118,25 @@ class Config:
     total_frames: FrameCount = 500_000
     """Environment frames to train for (accepts 500k, 10M)."""
     learning_rate: Optional[float] = None
-    """RMSProp learning rate, annealed linearly to 0 over --total-frames; default 6e-4 (IMPALA's Atari value) for image observations, 3e-3 for vector ones (the small MLP needs larger steps to learn within 500k frames)."""
+    """Learning rate (see --lr-decay-frames for its schedule); default 7e-4 (A2C's Atari value) for the image CNNs, 6e-4 (IMPALA's) for small grids, 3e-3 for vector observations (the small MLP needs larger steps to learn within 500k frames)."""
+    lr_decay_frames: Optional[FrameCount] = None
+    """Anneal the learning rate linearly to 0 over this many frames (and keep it at 0 after); 0 keeps it constant. Default: 500k for vector observations (CartPole's tuned schedule), constant for images and grids. It never follows --total-frames, so a 10M-frame run learns as the first 10M frames of a longer one."""
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """`rmsprop` (IMPALA's) or `adam`."""
+    adam_eps: float = 1e-5
+    """Adam epsilon (with --optimizer adam)."""
     rmsprop_alpha: float = 0.99
     """RMSProp decay."""
-    rmsprop_eps: float = 0.01
-    """RMSProp epsilon. PyTorch adds it outside the square root (TF1, the paper's framework, inside)."""
+    rmsprop_eps: Optional[float] = None
+    """RMSProp epsilon, added outside the square root as PyTorch does (TF1, the paper's framework, adds it inside); default 0.01 (IMPALA), but 1e-5 (A2C) for the image CNNs."""
     rmsprop_momentum: float = 0.0
     """RMSProp momentum."""
     grad_norm_clip: float = 40.0
     """Clip the global gradient norm to this value."""
     discount: float = 0.99
     """Discount factor gamma."""
+    vtrace_lambda: float = 1.0
+    """V-trace's trace decay lambda (c_t = lambda * min(1, rho_t)); 1 is the paper's V-trace, lower trades bias for less variance."""
     baseline_cost: float = 0.5
     """Weight of the baseline loss 0.5 * sum (vs - V)^2."""
     entropy_cost: float = 0.01
@@ -180,11 +200,13 @@ class Config:
                 f"{self.batch_slots} slots and each of the {self.num_actors} actors fills one more, so the actors could never fill a batch; "
                 f"use at least {self.batch_slots + self.num_actors} or leave it unset",
             )
+        need(self.lr_decay_frames is None or self.lr_decay_frames >= 0, f"--lr-decay-frames is {self.lr_decay_frames}: give a frame count, or 0 for a constant rate")
         need(self.learning_rate is None or self.learning_rate > 0, f"--learning-rate is {self.learning_rate}: it must be positive")
         need(0 <= self.discount <= 1, f"--discount is {self.discount}: it must lie in [0, 1]")
         need(0 < self.rmsprop_alpha < 1, f"--rmsprop-alpha is {self.rmsprop_alpha}: it must lie in (0, 1)")
-        need(self.rmsprop_eps > 0, f"--rmsprop-eps is {self.rmsprop_eps}: it must be positive")
+        need(self.rmsprop_eps is None or self.rmsprop_eps > 0, f"--rmsprop-eps is {self.rmsprop_eps}: it must be positive")
         need(self.rmsprop_momentum >= 0, f"--rmsprop-momentum is {self.rmsprop_momentum}: it must be 0 or more")
+        need(0 <= self.vtrace_lambda <= 1, f"--vtrace-lambda is {self.vtrace_lambda}: it must lie in [0, 1]")
         need(self.grad_norm_clip > 0, f"--grad-norm-clip is {self.grad_norm_clip}: it must be positive")
         need(self.baseline_cost >= 0, f"--baseline-cost is {self.baseline_cost}: it must be 0 or more")
         need(self.entropy_cost >= 0, f"--entropy-cost is {self.entropy_cost}: it must be 0 or more")
@@ -244,13 +266,26 @@ class Config:
                 f"could not play them all: raise --num-actors or --envs-per-actor so their product is at least {len(names)}"
             )
 
-    def for_observations(self, image: bool) -> "Config":
-        """This config with the observation-dependent defaults filled in (and validated again)."""
-        batch = self.batch_size if self.batch_size is not None else (32 if image else 16)
-        if self.batch_size is None and batch % self.envs_per_actor:
-            batch = self.envs_per_actor * max(1, round(batch / self.envs_per_actor))  # keep whole actor unrolls
-        lr = self.learning_rate if self.learning_rate is not None else (6e-4 if image else 3e-3)
-        return dataclasses.replace(self, batch_size=batch, learning_rate=lr)
+    def for_observations(self, obs_shape: tuple[int, ...]) -> "Config":
+        """This config with the defaults that depend on the observations filled in (and validated again).
+
+        Three kinds, by the torso that reads them (`resolve_torso`):
+          vectors (mlp)              IMPALA's unroll and epsilon, a larger rate decayed over 500k frames: CartPole
+          small grids (small)        IMPALA's Atari settings (batch 32 x T=20, 6e-4), constant rate: MinAtar
+          images (shallow/nature/deep) A2C's update rate (16 unrolls of T=5, ~31K updates per 10M frames) and
+                                     RMSProp settings, constant rate: IMPALA's 32 x 20 left Pong at -20 after 10M frames
+        """
+        torso = resolve_torso(self.model, obs_shape)
+        if torso == "mlp":
+            defaults = dict(batch_size=16, unroll_length=20, learning_rate=3e-3, rmsprop_eps=0.01, lr_decay_frames=500_000)
+        elif torso == "small":
+            defaults = dict(batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
+        else:
+            defaults = dict(batch_size=16, unroll_length=5, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0)
+        if self.batch_size is None and defaults["batch_size"] % self.envs_per_actor:
+            # keep whole actor unrolls
+            defaults["batch_size"] = self.envs_per_actor * max(1, round(defaults["batch_size"] / self.envs_per_actor))
+        return dataclasses.replace(self, **{name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items()})
 
     def resume_conflicts(self, saved: dict) -> list[str]:
         """Flags that differ from the run being resumed and would change its agent, data or objective."""

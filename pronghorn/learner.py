@@ -8,9 +8,13 @@ import torch
 
 from pronghorn import vtrace
 from pronghorn.config import Config
+from pronghorn.diagnostics import DeadUnits
 from pronghorn.losses import baseline_loss, clip_rewards, entropy_loss, policy_gradient_loss
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
+
+
+_DEAD_UNITS_EVERY = 10  # updates between two readings of the dead-unit fractions
 
 
 class Learner:
@@ -22,25 +26,39 @@ class Learner:
         self.frames_per_step = frames_per_step
         # PyTorch's RMSprop adds eps outside the square root: g / (sqrt(v) + eps); TF1 (the paper) used
         # g / sqrt(v + eps). With eps = 0.01 the two differ only where v is tiny; we keep PyTorch's form.
-        self.optimizer = torch.optim.RMSprop(
-            agent.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum
-        )
+        if cfg.optimizer == "adam":
+            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+        else:
+            self.optimizer = torch.optim.RMSprop(
+                agent.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum
+            )
         self.frames = 0
         self.steps = 0  # updates done; also the version of the weights published after each update
         self.skipped_updates = 0  # non-finite loss or gradient: not applied
         self.bad_updates_in_a_row = 0
+        # Dead units are read every few updates (a .item() per layer would sync a GPU every step); the
+        # latest reading is reported with every step so interval averages stay meaningful.
+        self.dead_units = DeadUnits(agent.torso)
+        self.dead: dict[str, float] = {}
 
     def learning_rate(self) -> float:
-        """IMPALA's schedule: linear from --learning-rate to 0 over --total-frames."""
-        return self.cfg.learning_rate * max(0.0, 1.0 - self.frames / self.cfg.total_frames)
+        """Constant, or linear from --learning-rate to 0 over --lr-decay-frames (never tied to the budget)."""
+        if not self.cfg.lr_decay_frames:  # 0: constant
+            return self.cfg.learning_rate
+        return self.cfg.learning_rate * max(0.0, 1.0 - self.frames / self.cfg.lr_decay_frames)
 
     def step(self, batch: Unroll) -> dict[str, float]:
         """One update on a time-major batch [T+1, B, ...]; returns its metrics."""
         cfg = self.cfg
         done = batch.terminated | batch.truncated
         reward = clip_rewards(batch.reward, cfg.reward_clipping)
+        probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
+        if probe:
+            self.dead_units.arm()
         out, _ = self.agent(batch.obs, batch.last_action, reward, done, batch.core_state)
 
+        if probe:
+            self.dead = self.dead_units.read()
         # Row T is seen only to bootstrap: its action is paid in the next unroll.
         bootstrap_value = out.baseline[-1]
         # Env data of row t+1 belongs to the transition taken at row t, so it is shifted by one here.
@@ -58,6 +76,7 @@ class Learner:
             rewards=rewards,
             values=values,
             bootstrap_value=bootstrap_value,
+            lambda_=cfg.vtrace_lambda,
         )
         popart, level = self.agent.popart, batch.level[0]
         if popart is None:
@@ -108,6 +127,8 @@ class Learner:
             "policy_lag_mean": lag.mean().item(),
             "policy_lag_max": lag.max().item(),
             "skipped_updates": float(self.skipped_updates),
+            "value_mean": values.mean().item(),
+            **self.dead,
         }
         if popart is not None:
             for name, mu, sigma in zip(cfg.level_names, popart.mu.tolist(), popart.sigma().tolist()):

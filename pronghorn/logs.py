@@ -44,8 +44,13 @@ class _CSV:
 
     def write(self, row: dict) -> None:
         if self._writer is None:
-            self._fields = self._fields or list(row)
             is_new = not os.path.exists(self._path) or os.path.getsize(self._path) == 0
+            if not is_new and self._fields is None:
+                # A resumed run appends under the header already there: its first row may hold other keys
+                # (or the same in another order), and a second header would misalign every column after it.
+                with open(self._path, newline="") as f:
+                    self._fields = next(csv.reader(f), None)
+            self._fields = self._fields or list(row)
             self._file = open(self._path, "a", newline="")
             self._writer = csv.DictWriter(self._file, fieldnames=self._fields, extrasaction="ignore")
             if is_new:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pronghorn.config import resolve_torso
 from pronghorn.popart import PopArtHead
 from pronghorn.records import AgentOutput
 
@@ -26,21 +27,39 @@ class MLPTorso(nn.Module):
         return self.net(x.flatten(1).float())
 
 
-class ShallowTorso(nn.Module):
-    """IMPALA's shallow network: conv 16x8x8/4, conv 32x4x4/2, fully connected 256."""
+class _ConvFC(nn.Module):
+    """Pixel images (uint8, scaled to [0, 1]) through a stack of conv layers, then one fully connected ReLU layer."""
 
-    def __init__(self, obs_shape: tuple[int, ...]):
+    def __init__(self, obs_shape: tuple[int, ...], convs: nn.Sequential, hidden: int):
         super().__init__()
-        c, h, w = obs_shape
-        self.convs = nn.Sequential(nn.Conv2d(c, 16, 8, stride=4), nn.ReLU(), nn.Conv2d(16, 32, 4, stride=2), nn.ReLU())
+        self.convs = convs
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, c, h, w)).numel()
-        self.fc = nn.Linear(flat, 256)
-        self.out_size = 256
+            flat = self.convs(torch.zeros(1, *obs_shape)).numel()  # raises if the image is smaller than the kernels
+        self.fc = nn.Linear(flat, hidden)
+        self.out_size = hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.convs(x.float() / 255.0)
         return F.relu(self.fc(x.flatten(1)))
+
+
+class ShallowTorso(_ConvFC):
+    """IMPALA's shallow network: conv 16x8x8/4, conv 32x4x4/2, fully connected 256."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        c = obs_shape[0]
+        super().__init__(obs_shape, nn.Sequential(nn.Conv2d(c, 16, 8, stride=4), nn.ReLU(), nn.Conv2d(16, 32, 4, stride=2), nn.ReLU()), 256)
+
+
+class NatureTorso(_ConvFC):
+    """The DQN network (Mnih et al. 2015): conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fully connected 512."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        c = obs_shape[0]
+        convs = nn.Sequential(
+            nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU()
+        )
+        super().__init__(obs_shape, convs, 512)
 
 
 class SmallTorso(nn.Module):
@@ -101,18 +120,22 @@ def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
-def pick_torso(model: str, obs_shape: tuple[int, ...]) -> str:
-    """Resolve `auto`: small grids (3-d, under 36 pixels a side) get the small CNN, images the shallow CNN, vectors the MLP."""
-    if model != "auto":
-        return model
-    if len(obs_shape) == 3:
-        return "small" if max(obs_shape[1:]) < 36 else "shallow"
-    return "mlp"
-
-
 def build_agent(cfg, obs_shape: tuple[int, ...], num_actions: int) -> "Agent":
     """The agent a Config describes (one PopArt value per level with --popart)."""
-    return Agent(obs_shape, num_actions, cfg.model, cfg.lstm, cfg.hidden_size, popart_levels=len(cfg.level_names) if cfg.popart else 0)
+    agent = Agent(obs_shape, num_actions, cfg.model, cfg.lstm, cfg.hidden_size, popart_levels=len(cfg.level_names) if cfg.popart else 0)
+    if cfg.init == "orthogonal":
+        init_orthogonal(agent)
+    return agent
+
+
+def init_orthogonal(agent: "Agent") -> None:
+    """Orthogonal weights, zero biases: gain sqrt(2) for the ReLU torso, 0.01 for the policy head (a near-uniform
+    first policy whatever the features), 1 for the baseline. The LSTM keeps PyTorch's initialisation."""
+    heads = [(agent.policy, 0.01), (agent.baseline if agent.popart is None else agent.popart.linear, 1.0)]
+    layers = [(m, math.sqrt(2)) for m in agent.torso.modules() if isinstance(m, (nn.Linear, nn.Conv2d))] + heads
+    for module, gain in layers:
+        nn.init.orthogonal_(module.weight, gain)
+        nn.init.zeros_(module.bias)
 
 
 class Agent(nn.Module):
@@ -121,11 +144,17 @@ class Agent(nn.Module):
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: str = "auto", lstm: bool = False, hidden_size: int = 64,
                  popart_levels: int = 0):
         super().__init__()
-        kind = pick_torso(model, obs_shape)
-        if kind in ("small", "shallow", "deep") and len(obs_shape) != 3:
+        kind = resolve_torso(model, obs_shape)
+        if kind in ("small", "shallow", "deep", "nature") and len(obs_shape) != 3:
             raise ValueError(f"--model {kind} needs image observations [C, H, W], got shape {obs_shape}: use --model mlp")
-        torsos = {"mlp": MLPTorso, "small": SmallTorso, "shallow": ShallowTorso, "deep": DeepTorso}
-        self.torso = torsos[kind](obs_shape, hidden_size) if kind == "mlp" else torsos[kind](obs_shape)
+        torsos = {"mlp": MLPTorso, "small": SmallTorso, "shallow": ShallowTorso, "deep": DeepTorso, "nature": NatureTorso}
+        try:
+            self.torso = torsos[kind](obs_shape, hidden_size) if kind == "mlp" else torsos[kind](obs_shape)
+        except RuntimeError as exc:  # the torso's trial forward pass: the image is smaller than its kernels
+            if "too small" not in str(exc) and "Kernel size can't be greater" not in str(exc):
+                raise
+            fits = "small or mlp" if kind != "small" else "mlp"
+            raise ValueError(f"--model {kind} needs larger images than observations of shape {obs_shape} (its convolutions do not fit): use --model {fits}") from None
         self.num_actions = num_actions
         self.use_lstm = lstm
         features = self.torso.out_size

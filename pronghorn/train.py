@@ -148,7 +148,7 @@ def _set_rng_state(state: dict) -> None:
 def train(cfg: Config) -> TrainResult:
     """Train until --total-frames (or the return target); returns where everything went."""
     spec = probe_levels(cfg)
-    cfg = cfg.for_observations(image=len(spec.obs_shape) == 3)
+    cfg = cfg.for_observations(spec.obs_shape)
     logdir, resumed_from, saved = prepare_logdir(cfg)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -156,7 +156,10 @@ def train(cfg: Config) -> TrainResult:
     torch.set_num_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
     torch.use_deterministic_algorithms(cfg.deterministic)
     device = resolve_device(cfg.device)
-    agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
+    try:
+        agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
+    except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash
+        raise ConfigError(str(exc)) from None
     learner = Learner(cfg, agent, spec.frames_per_step)
     stats = LevelStats(cfg.level_names, saved["stats"] if saved else None)
     if saved is not None:

@@ -4,7 +4,7 @@ Pure functions over time-major tensors: leading dims `[T, B]`, any trailing dims
 Targets are computed without gradient: the learner regresses on them, it does not differentiate them.
 
 Definitions (paper, eq. 1, with per-step discounts so episode ends inside an unroll are respected):
-  rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t)),   c_t = min(1, pi/mu)
+  rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t)),   c_t = lambda * min(1, pi/mu)
   delta_t = rho_t * (r_t + discount_t * V(x_{t+1}) - V(x_t))
   v_s = V(x_s) + sum_{t>=s} (prod_{i=s}^{t-1} discount_i * c_i) * delta_t
   pg_advantage_s = min(rho_bar_pg, pi/mu)_s * (r_s + discount_s * v_{s+1} - V(x_s))
@@ -49,6 +49,7 @@ def from_importance_weights(
     bootstrap_value: torch.Tensor,
     clip_rho_threshold: Optional[float] = 1.0,
     clip_pg_rho_threshold: Optional[float] = 1.0,
+    lambda_: float = 1.0,
 ) -> VTraceReturns:
     """V-trace targets from log importance weights.
 
@@ -60,10 +61,12 @@ def from_importance_weights(
       bootstrap_value: [B] V(x_T).
       clip_rho_threshold: rho_bar; None means no clipping.
       clip_pg_rho_threshold: clip for the policy-gradient weights; None means no clipping.
+      lambda_: trace decay (the paper's remark on c_i = lambda * min(1, rho_i)); 1 is plain V-trace. On
+        policy, the targets become TD(lambda) returns: lower lambda, less variance, more bias.
     """
     rhos = torch.exp(log_rhos)
     clipped_rhos = rhos if clip_rho_threshold is None else torch.clamp(rhos, max=clip_rho_threshold)
-    cs = torch.clamp(rhos, max=1.0)
+    cs = lambda_ * torch.clamp(rhos, max=1.0)
     # V(x_{t+1}) for every t: shift by one and bootstrap the last step from V(x_T).
     values_tp1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = clipped_rhos * (rewards + discounts * values_tp1 - values)
@@ -93,13 +96,14 @@ def from_logits(
     bootstrap_value: torch.Tensor,
     clip_rho_threshold: Optional[float] = 1.0,
     clip_pg_rho_threshold: Optional[float] = 1.0,
+    lambda_: float = 1.0,
 ) -> VTraceFromLogitsReturns:
     """V-trace from behaviour (mu) and target (pi) logits [T, B, A] and the actions taken [T, B]."""
     target_log_probs = action_log_probs(target_policy_logits, actions)
     behaviour_log_probs = action_log_probs(behaviour_policy_logits, actions)
     log_rhos = target_log_probs - behaviour_log_probs
     returns = from_importance_weights(
-        log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold, clip_pg_rho_threshold
+        log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold, clip_pg_rho_threshold, lambda_
     )
     return VTraceFromLogitsReturns(
         vs=returns.vs,

@@ -25,7 +25,7 @@ def _learner(cfg):
 
 def test_resumed_learner_matches_one_run_straight_through(tmp_path):
     torch.set_num_threads(1)
-    cfg = Config(total_frames=400).for_observations(image=False)
+    cfg = Config(total_frames=400, lr_decay_frames=400).for_observations((4,))
     batches = synthetic_batches(6)
     straight = _learner(cfg)
     for b in batches:
@@ -70,6 +70,19 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
         path, state = checkpoint.load_latest(str(tmp_path))
     assert path.endswith("ckpt-000000000010.pt") and state["learner"]["frames"] == 10
     assert "ckpt-000000000020.pt" in caplog.text
+
+
+def test_a_resumed_csv_keeps_its_header_whatever_the_first_new_row_holds(tmp_path):
+    from pronghorn.logs import _CSV
+
+    path = tmp_path / "metrics.csv"
+    first = _CSV(str(path))
+    first.write({"frames": 10, "a": 1, "b": 2})
+    first.close()
+    resumed = _CSV(str(path))  # as after a restart: the new run's first row lacks "a" and adds "c"
+    resumed.write({"b": 4, "frames": 20, "c": 9})
+    resumed.close()
+    assert read_csv(path) == [{"frames": "10", "a": "1", "b": "2"}, {"frames": "20", "a": "", "b": "4"}]
 
 
 def test_trim_csv_drops_rows_past_the_checkpoint_and_half_written_ones(tmp_path):
@@ -161,14 +174,15 @@ def test_sigterm_checkpoints_and_exits_within_10_seconds(tmp_path):
 
 def test_raising_the_budget_resumes_and_the_lr_schedule_continues(tmp_path):
     logdir = tmp_path / "budget"
-    first = _train(logdir, "--total-frames", "30k", "--stop-at-return", "1e9")
+    first = _train(logdir, "--total-frames", "30k", "--lr-decay-frames", "60k", "--stop-at-return", "1e9")
     assert first.returncode == 0, first.stderr[-2000:]
-    second = _train(logdir, "--total-frames", "60k", "--stop-at-return", "1e9")
+    first_end = max(int(r["frames"]) for r in read_csv(logdir / "metrics.csv"))  # the budget ends at a batch boundary past 30k
+    second = _train(logdir, "--total-frames", "60k", "--lr-decay-frames", "60k", "--stop-at-return", "1e9")
     assert second.returncode == 0 and "resumed from" in second.stdout, second.stderr[-2000:]
     metrics = read_csv(logdir / "metrics.csv")
-    after = [r for r in metrics if int(r["frames"]) > 30_000]
+    after = [r for r in metrics if int(r["frames"]) > first_end]
     assert after and int(after[0]["learner_steps"]) > 90  # ~94 steps were done before the restart
-    # lr = 3e-3 * (1 - frames / 60k): continuing from 30k frames it starts near 1.5e-3, not at 3e-3.
+    # lr = 3e-3 * (1 - frames / 60k) (--lr-decay-frames, not the budget): continuing from 30k frames it starts near 1.5e-3, not at 3e-3.
     assert float(after[0]["learning_rate"]) < 1.6e-3
     assert json.loads((logdir / "config.json").read_text())["total_frames"] == 60_000
 

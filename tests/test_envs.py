@@ -84,3 +84,16 @@ def test_custom_factory_envs_are_validated_at_start_up():
         probe("tests.flaky_env:nothing_here", Config())
     with pytest.raises(ConfigError, match="needs a package that is not installed"):
         probe("no_such_module_xyz:make", Config())
+
+
+def test_envpool_takes_no_noops():
+    # envpool draws its no-op count from [0, noop_max - 1] and segfaults on 0; the backend passes +1.
+    cfg = Config(env="ALE/Pong-v5", env_backend="envpool", noop_max=0)
+    env = make_batched("ALE/Pong-v5", [0, 1], cfg)
+    try:
+        first = env.reset().obs.copy()
+        assert first.shape == (2, 4, 84, 84)
+        # With no no-ops and no sticky randomness in reset, both games start on the same frame.
+        assert np.array_equal(first[0], first[1])
+    finally:
+        env.close()

@@ -10,7 +10,7 @@ from tests.helpers import synthetic_batches
 
 def test_a_non_finite_update_is_skipped_and_leaves_weights_and_optimizer_untouched():
     torch.manual_seed(0)
-    learner = Learner(Config(total_frames=10_000).for_observations(image=False), Agent((4,), 2), frames_per_step=1)
+    learner = Learner(Config(total_frames=10_000).for_observations((4,)), Agent((4,), 2), frames_per_step=1)
     good, bad = synthetic_batches(2)
     learner.step(good)
     weights = copy.deepcopy(learner.agent.state_dict())
@@ -25,3 +25,24 @@ def test_a_non_finite_update_is_skipped_and_leaves_weights_and_optimizer_untouch
     assert all(torch.equal(optimizer["state"][k]["square_avg"], v["square_avg"]) for k, v in learner.optimizer.state_dict()["state"].items())
     learner.step(good)
     assert learner.bad_updates_in_a_row == 0 and learner.steps == 2
+
+
+def test_the_learning_rate_schedule_does_not_depend_on_the_budget():
+    def lr_at(frames, **kw):
+        learner = Learner(Config(**kw).for_observations((4,)), Agent((4,), 2), frames_per_step=1)
+        learner.frames = frames
+        return learner.learning_rate()
+
+    assert lr_at(0, total_frames=10_000, lr_decay_frames=0) == lr_at(9_000, total_frames=50_000, lr_decay_frames=0) == 3e-3  # 0: constant
+    assert lr_at(100_000, total_frames=10_000_000) == lr_at(100_000, total_frames=200_000) == 3e-3 * 0.8  # vector default: over 500k
+    assert lr_at(5_000, total_frames=10_000, lr_decay_frames=20_000) == lr_at(5_000, total_frames=50_000, lr_decay_frames=20_000) == 3e-3 * 0.75
+    assert lr_at(30_000, total_frames=50_000, lr_decay_frames=20_000) == 0.0
+
+
+def test_adam_is_available_and_dead_units_are_reported():
+    torch.manual_seed(0)
+    learner = Learner(Config(total_frames=10_000, optimizer="adam").for_observations((4,)), Agent((4,), 2), frames_per_step=1)
+    assert isinstance(learner.optimizer, torch.optim.Adam)
+    metrics = learner.step(synthetic_batches(1)[0])
+    assert {"dead/net_0", "dead/net_2"} <= set(metrics) and all(0 <= metrics[k] <= 1 for k in ("dead/net_0", "dead/net_2"))
+    assert "value_mean" in metrics

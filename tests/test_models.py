@@ -40,3 +40,64 @@ def test_lstm_state_resets_where_an_episode_starts():
 def test_image_model_on_vector_observations_is_refused():
     with pytest.raises(ValueError, match="--model shallow needs image observations"):
         Agent((4,), 2, model="shallow")
+
+
+@pytest.mark.parametrize("lstm", [False, True])
+def test_nature_cnn_shapes(lstm):
+    agent = Agent((4, 84, 84), 6, model="nature", lstm=lstm)
+    assert agent.torso.out_size == 512 and [m.out_channels for m in agent.torso.convs if hasattr(m, "out_channels")] == [32, 64, 64]
+    obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    out, _ = agent(obs, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), agent.initial_state(3))
+    assert out.policy_logits.shape == (2, 3, 6)
+
+
+def test_orthogonal_init_gives_a_near_uniform_first_policy_and_zero_biases():
+    from pronghorn.config import Config
+    from pronghorn.models import build_agent
+
+    torch.manual_seed(0)
+    agent = build_agent(Config(env="ALE/Pong-v5", model="shallow"), (4, 84, 84), 6)
+    for module in agent.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
+            assert torch.count_nonzero(module.bias) == 0
+    w = agent.torso.fc.weight
+    torch.testing.assert_close(w @ w.T, 2.0 * torch.eye(w.shape[0]), atol=1e-4, rtol=0)  # orthogonal rows, gain sqrt 2
+    obs = torch.randint(0, 255, (1, 16, 4, 84, 84), dtype=torch.uint8)
+    out, _ = agent(obs, torch.zeros(1, 16, dtype=torch.long), torch.zeros(1, 16), torch.zeros(1, 16, dtype=torch.bool), agent.initial_state(16))
+    probs = out.policy_logits.softmax(-1)
+    assert (probs - 1 / 6).abs().max() < 0.02  # policy head gain 0.01
+    torch_default = build_agent(Config(env="ALE/Pong-v5", model="shallow", init="torch"), (4, 84, 84), 6)
+    assert torch.count_nonzero(torch_default.torso.fc.bias) > 0
+
+
+@pytest.mark.parametrize("model,shape,message", [
+    ("deep", (4,), "--model deep needs image observations"),
+    ("nature", (4,), "--model nature needs image observations"),
+    ("shallow", (10, 10, 10), "--model shallow needs larger images"),
+    ("nature", (7, 10, 10), "--model nature needs larger images"),
+])
+def test_a_model_that_does_not_fit_the_observations_is_refused(model, shape, message):
+    with pytest.raises(ValueError, match=message):
+        Agent(shape, 2, model=model)
+
+
+@pytest.mark.parametrize("model", ["small", "deep"])
+@pytest.mark.parametrize("lstm", [False, True])
+def test_every_image_torso_takes_small_grids_it_fits(model, lstm):
+    agent = Agent((10, 10, 10), 6, model=model, lstm=lstm)  # MinAtar-sized
+    obs = torch.randint(0, 2, (2, 3, 10, 10, 10), dtype=torch.uint8)
+    out, _ = agent(obs, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), agent.initial_state(3))
+    assert out.baseline.shape == (2, 3)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--env", "CartPole-v1", "--model", "deep"], "--model deep needs image observations"),
+    (["--env", "MinAtar/Breakout-v1", "--model", "nature"], "--model nature needs larger images"),
+])
+def test_the_command_line_refuses_a_model_that_does_not_fit_with_exit_2(tmp_path, args, message):
+    from tests.helpers import assert_no_leaks, run_cli
+
+    proc, out, err = run_cli(["train", *args, "--total-frames", "1k", "--logdir", str(tmp_path / "run"), "--no-progress"], timeout=120)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err, err
+    assert_no_leaks(owners=(proc.pid,))

@@ -112,7 +112,7 @@ def test_levels_that_cannot_share_an_agent_are_refused_naming_both():
 def test_actors_step_the_levels_the_rule_gives_them():
     """Two actors, three levels: env j of actor i plays level (i + 2j) % 3, seen in the slots' level field
     and in the observations themselves (each game fills its own channels of the padded grid)."""
-    cfg = Config(levels=THREE, num_actors=2, envs_per_actor=3, unroll_length=40, batch_size=6).for_observations(image=True)
+    cfg = Config(levels=THREE, num_actors=2, envs_per_actor=3, unroll_length=40, batch_size=6).for_observations((10, 10, 10))
     spec = probe_levels(cfg)
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     rt = LocalRuntime(cfg, spec, sum(p.numel() for p in agent.parameters()), agent.core_size)

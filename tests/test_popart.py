@@ -45,7 +45,7 @@ def test_normalised_targets_have_mean_zero_and_unit_std_per_level():
 
 
 def test_learner_with_popart_updates_the_statistics_and_checkpoints_them():
-    cfg = Config(levels="CartPole-v1,CartPole-v0", popart=True, total_frames=10_000).for_observations(image=False)
+    cfg = Config(levels="CartPole-v1,CartPole-v0", popart=True, total_frames=10_000).for_observations((4,))
     torch.manual_seed(0)
     agent = build_agent(cfg, (4,), 2)
     assert agent.popart is not None and agent.baseline is None

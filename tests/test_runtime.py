@@ -94,7 +94,7 @@ def test_staging_times_out_with_a_message_naming_what_it_waited_for():
 
 
 def _runtime(cfg):
-    cfg = cfg.for_observations(image=False)
+    cfg = cfg.for_observations((4,))
     spec = probe(cfg.env, cfg)
     agent = Agent(spec.obs_shape, spec.num_actions)
     rt = LocalRuntime(cfg, spec, sum(p.numel() for p in agent.parameters()), agent.core_size)

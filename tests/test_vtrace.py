@@ -8,7 +8,7 @@ import torch
 from pronghorn import vtrace
 
 
-def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, pg_rho_bar=1.0):
+def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, pg_rho_bar=1.0, lam=1.0):
     """v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t, with explicit loops over s and t."""
     T, B = values.shape
     rhos = torch.exp(log_rhos)
@@ -20,7 +20,7 @@ def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_
             for t in range(s, T):
                 weight = 1.0
                 for i in range(s, t):  # prod of gamma_i * c_i over i in [s, t)
-                    weight *= float(discounts[i, b]) * min(1.0, float(rhos[i, b]))
+                    weight *= float(discounts[i, b]) * lam * min(1.0, float(rhos[i, b]))
                 rho_t = float(rhos[t, b]) if rho_bar is None else min(rho_bar, float(rhos[t, b]))
                 delta = rho_t * (float(rewards[t, b]) + float(discounts[t, b]) * v_ext[t + 1] - v_ext[t])
                 total += weight * delta
@@ -54,6 +54,22 @@ def test_matches_definition_on_random_inputs(seed, thresholds):
     want_vs, want_pg = reference_vtrace(*inputs, rho_bar=thresholds[0], pg_rho_bar=thresholds[1])
     torch.testing.assert_close(got.vs, want_vs)
     torch.testing.assert_close(got.pg_advantages, want_pg)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 0.95])
+def test_lambda_matches_definition(lam):
+    inputs = random_inputs(seed=3)
+    got = vtrace.from_importance_weights(*inputs, lambda_=lam)
+    want_vs, want_pg = reference_vtrace(*inputs, lam=lam)
+    torch.testing.assert_close(got.vs, want_vs)
+    torch.testing.assert_close(got.pg_advantages, want_pg)
+
+
+def test_lambda_zero_on_policy_gives_one_step_td_targets():
+    log_rhos, discounts, rewards, values, bootstrap = random_inputs(seed=4)
+    out = vtrace.from_importance_weights(torch.zeros_like(log_rhos), discounts, rewards, values, bootstrap, lambda_=0.0)
+    v_tp1 = torch.cat([values[1:], bootstrap[None]])
+    torch.testing.assert_close(out.vs, rewards + discounts * v_tp1)
 
 
 def test_golden_values_by_hand():

@@ -47,7 +47,9 @@ class EnvpoolBatch:
             img_height=84,
             img_width=84,
             gray_scale=True,
-            noop_max=self._cfg.noop_max,
+            # envpool draws the no-op count from [0, noop_max - 1] and crashes (SIGSEGV) on 0: +1 gives
+            # [0, noop_max], "up to --noop-max" as on the ale-py path, and makes --noop-max 0 work.
+            noop_max=self._cfg.noop_max + 1,
             repeat_action_probability=self._cfg.sticky_actions,
             # Life loss is handled by EpisodeTracker from info["lives"], exactly as for ale-py.
             episodic_life=False,

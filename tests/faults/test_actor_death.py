@@ -17,7 +17,7 @@ from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, run_cli
 
 
 def test_killed_actor_is_replaced_and_its_slots_reclaimed():
-    cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4).for_observations(image=False)
+    cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4).for_observations((4,))
     spec = probe(cfg.env, cfg)
     agent = Agent(spec.obs_shape, spec.num_actions)
     rt = LocalRuntime(cfg, spec, sum(p.numel() for p in agent.parameters()), agent.core_size)

@@ -1,0 +1,134 @@
+"""The learning suite: train each entry with pronghorn's defaults, then write a table and curves into docs/.
+
+    .venv/bin/python benchmarks/learn.py                  # everything (hours on 2 cores)
+    .venv/bin/python benchmarks/learn.py --quick          # CartPole and MinAtar Breakout, about 20 minutes
+    .venv/bin/python benchmarks/learn.py --only pong --seeds 0 1 --parallel 2
+
+Each entry runs `pronghorn train` once per seed into runs/learn/<entry>/seed<k>/<env>; a finished run is
+reused, not retrained (delete its folder to retrain). The table gives the mean return of each run's last
+100 games at the end of its budget, the published figure it is compared with, and where that comes from;
+the figure draws every entry's seeds as mean and min-max band (`pronghorn plot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import time
+from typing import NamedTuple, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Entry(NamedTuple):
+    name: str
+    env: str
+    frames: str
+    args: tuple[str, ...]
+    reference: str  # the published figure beside which the result is read, with its source
+    target: Optional[float] = None  # the return this suite expects of pronghorn's defaults
+
+
+MINATAR_NOTE = "Young & Tian 2019 publish curves only (no table); read their figure at 5M frames"
+SUITE = [
+    Entry("cartpole", "CartPole-v1", "500k", (), "solved at 475 (Gymnasium's threshold)", 475.0),
+    Entry("pong", "ALE/Pong-v5", "10M", ("--env-backend", "envpool"),
+          "TorchBeast (deep net, no sticky actions): about +18 at 8-13M frames", 18.0),
+    Entry("breakout", "ALE/Breakout-v5", "10M", ("--env-backend", "envpool"), "no published IMPALA figure at 10M frames"),
+    *[Entry(f"minatar-{game.lower()}", f"MinAtar/{game}-v0", "5M", (), MINATAR_NOTE)  # -v0: all 6 actions, as in the paper
+      for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")],
+]
+QUICK = ("cartpole", "minatar-breakout")
+
+
+def logdir(entry: Entry, seed: int) -> str:
+    return os.path.join(ROOT, "runs", "learn", entry.name, f"seed{seed}", entry.env.replace("/", "_"))
+
+
+def finished(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "checkpoints", "latest")) and os.path.exists(os.path.join(path, "done"))
+
+
+def command(entry: Entry, seed: int) -> list[str]:
+    return [sys.executable, "-m", "pronghorn.cli", "train", "--env", entry.env, "--total-frames", entry.frames, "--seed", str(seed),
+            "--logdir", logdir(entry, seed), "--no-progress", "--log-interval", "30", *entry.args]
+
+
+def last_100(path: str) -> tuple[float, int]:
+    with open(os.path.join(path, "episodes.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    returns = [float(r["episode_return"]) for r in rows[-100:]]
+    return (sum(returns) / len(returns) if returns else float("nan")), (int(rows[-1]["frames"]) if rows else 0)
+
+
+def run_all(jobs: list[tuple[Entry, int]], parallel: int) -> None:
+    """Run the jobs, `parallel` at a time; each run's console goes to <logdir>.log."""
+    pending, running = list(jobs), []
+    while pending or running:
+        while pending and len(running) < parallel:
+            entry, seed = pending.pop(0)
+            path = logdir(entry, seed)
+            if finished(path):
+                print(f"learn: {entry.name} seed {seed}: already done in {path}", flush=True)
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            log = open(path + ".log", "a")
+            print(f"learn: {entry.name} seed {seed}: {' '.join(command(entry, seed)[2:])}", flush=True)
+            running.append((entry, seed, subprocess.Popen(command(entry, seed), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, time.time()))
+        time.sleep(5)
+        for job in list(running):
+            entry, seed, proc, log, start = job
+            if proc.poll() is None:
+                continue
+            running.remove(job)
+            log.close()
+            if proc.returncode != 0:
+                raise SystemExit(f"learn: {entry.name} seed {seed} failed (exit {proc.returncode}); see {logdir(entry, seed)}.log")
+            open(os.path.join(logdir(entry, seed), "done"), "w").close()
+            mean, frames = last_100(logdir(entry, seed))
+            print(f"learn: {entry.name} seed {seed}: mean return of the last 100 games {mean:.2f} at {frames:,} frames, {time.time() - start:.0f} s", flush=True)
+
+
+def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
+    lines = ["| entry | env | frames | " + " | ".join(f"seed {s}" for s in seeds) + " | target | published |",
+             "|---|---|---|" + "---|" * len(seeds) + "---|---|"]
+    for entry in entries:
+        cells = []
+        for seed in seeds:
+            path = logdir(entry, seed)
+            cells.append(f"{last_100(path)[0]:.2f}" if finished(path) else "not run")
+        target = "" if entry.target is None else f"{entry.target:g}"
+        lines.append(f"| {entry.name} | {entry.env} | {entry.frames} | " + " | ".join(cells) + f" | {target} | {entry.reference} |")
+        runs = [logdir(entry, s) for s in seeds if finished(logdir(entry, s))]
+        if runs:
+            png = os.path.join(out_dir, f"learn_{entry.name}.png")
+            subprocess.run([sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            lines.append(f"| | | | ![{entry.name}]({os.path.relpath(png, out_dir)}) |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "learn_results.md"), "w") as f:
+        f.write("# Learning suite (benchmarks/learn.py)\n\nMean return of the last 100 games at the end of each budget.\n\n" + table)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    parser.add_argument("--only", nargs="+", metavar="ENTRY", help="entries by name: " + ", ".join(e.name for e in SUITE))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (each takes the cores its actors and learner ask for)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs"))
+    args = parser.parse_args()
+    names = set(args.only or (QUICK if args.quick else [e.name for e in SUITE]))
+    unknown = names - {e.name for e in SUITE}
+    if unknown:
+        parser.error(f"unknown entries {sorted(unknown)}: pick from {', '.join(e.name for e in SUITE)}")
+    entries = [e for e in SUITE if e.name in names]
+    run_all([(e, s) for e in entries for s in args.seeds], args.parallel)
+    print(report(entries, args.seeds, args.out))
+
+
+if __name__ == "__main__":
+    main()
