@@ -138,8 +138,8 @@ class TensorBoardSink:
 class ConsoleSink:
     """A line per log interval: frames, fps and the mean return of recent episodes."""
 
-    def __init__(self, total_frames: int, progress: bool, stream=None, start: int = 0):
-        self._recent: collections.deque[float] = collections.deque(maxlen=100)
+    def __init__(self, total_frames: int, progress: bool, stream=None, start: int = 0, recent: Iterable[float] = ()):
+        self._recent: collections.deque[float] = collections.deque(recent, maxlen=100)  # a resumed run's returns carry on
         self._total = total_frames
         self._stream = stream or sys.stderr  # looked up now, so redirect_stderr works
         self._bar = None
@@ -211,5 +211,6 @@ class Logger:
                 pass  # already reported by the write that failed; closing must not hide that error
 
 
-def standard_logger(logdir: str, total_frames: int, progress: bool, resume_frames: int = 0) -> Logger:
-    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), ConsoleSink(total_frames, progress, start=resume_frames)], logdir)
+def standard_logger(logdir: str, total_frames: int, progress: bool, resume_frames: int = 0, recent: Iterable[float] = ()) -> Logger:
+    console = ConsoleSink(total_frames, progress, start=resume_frames, recent=recent)
+    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), console], logdir)

@@ -179,6 +179,8 @@ def test_raising_the_budget_resumes_and_the_lr_schedule_continues(tmp_path):
     first_end = max(int(r["frames"]) for r in read_csv(logdir / "metrics.csv"))  # the budget ends at a batch boundary past 30k
     second = _train(logdir, "--total-frames", "60k", "--lr-decay-frames", "60k", "--stop-at-return", "1e9")
     assert second.returncode == 0 and "resumed from" in second.stdout, second.stderr[-2000:]
+    first_line = next(line for line in second.stderr.splitlines() if "return(last" in line)
+    assert "return(last 100)" in first_line, first_line  # the console's recent returns came back with the checkpoint
     metrics = read_csv(logdir / "metrics.csv")
     after = [r for r in metrics if int(r["frames"]) > first_end]
     assert after and int(after[0]["learner_steps"]) > 90  # ~94 steps were done before the restart
