@@ -95,6 +95,7 @@ def run_all(jobs: list[tuple[Entry, int]], parallel: int) -> None:
 def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
     lines = ["| entry | env | frames | " + " | ".join(f"seed {s}" for s in seeds) + " | target | published |",
              "|---|---|---|" + "---|" * len(seeds) + "---|---|"]
+    figures = []
     for entry in entries:
         cells = []
         for seed in seeds:
@@ -106,8 +107,8 @@ def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
         if runs:
             png = os.path.join(out_dir, f"learn_{entry.name}.png")
             subprocess.run([sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-            lines.append(f"| | | | ![{entry.name}]({os.path.relpath(png, out_dir)}) |")
-    table = "\n".join(lines) + "\n"
+            figures.append(f"![{entry.name}: mean and min-max band over seeds]({os.path.relpath(png, out_dir)})")
+    table = "\n".join(lines) + "\n\n" + "\n\n".join(figures) + "\n"
     with open(os.path.join(out_dir, "learn_results.md"), "w") as f:
         f.write("# Learning suite (benchmarks/learn.py)\n\nMean return of the last 100 games at the end of each budget.\n\n" + table)
     return table
