@@ -1,8 +1,9 @@
 """Health of the network while it trains: how many units a ReLU silences for a whole batch.
 
 A unit (a Linear output or a conv channel) whose pre-activation is never positive over a batch passes no
-gradient to the weights that feed it; once most of a layer is there, it rarely comes back. This is how the
-shallow CNN failed on Pong (issue 12), so the learner logs it for every torso layer, as `dead/<layer>`.
+gradient to the weights that feed it; once most of a layer is there, it rarely comes back. The shallow CNN
+that did not learn Pong (issue 12) ended with two thirds or more of its fc units there, so the learner logs
+the fraction for every torso layer, as `dead/<layer>`: a cheap signal to watch, not a diagnosis on its own.
 
 The probe watches the forward pass the learner already runs (forward hooks, no second pass).
 """
@@ -37,7 +38,7 @@ class DeadUnits:
         return record
 
     def arm(self) -> None:
-        """Record the next forward pass (the learner's own), then stop recording."""
+        """Record the forward passes from now until `read` (the learner arms it just before its own pass)."""
         self._armed = True
         self._latest = {}
 
