@@ -33,23 +33,25 @@ def parse_count(text: str) -> int:
     return int(value)
 
 
-def _frames_flag(text: str) -> int:
-    try:
-        return parse_count(text)
-    except ConfigError as exc:
-        raise ConfigError(f"--total-frames: {exc}") from None
+def frame_count_flag(flag: str):
+    """An int field read from the command line as a frame count (500k, 10M); a bad value names `flag`."""
 
+    def parse(text: str) -> int:
+        try:
+            return parse_count(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{flag}: {exc}") from None
 
-FrameCount = Annotated[
-    int,
-    tyro.constructors.PrimitiveConstructorSpec(
-        nargs=1,
-        metavar="FRAMES",
-        instance_from_str=lambda args: _frames_flag(args[0]),
-        is_instance=lambda x: isinstance(x, int),
-        str_from_instance=lambda x: [str(x)],
-    ),
-]
+    return Annotated[
+        int,
+        tyro.constructors.PrimitiveConstructorSpec(
+            nargs=1,
+            metavar="FRAMES",
+            instance_from_str=lambda args: parse(args[0]),
+            is_instance=lambda x: isinstance(x, int),
+            str_from_instance=lambda x: [str(x)],
+        ),
+    ]
 
 
 # Flags a resumed run may change: budgets, logging, where the learner runs. Everything else shapes the
@@ -115,11 +117,11 @@ class Config:
     """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus two per actor."""
 
     # --- learner -------------------------------------------------------------------------------
-    total_frames: FrameCount = 500_000
+    total_frames: frame_count_flag("--total-frames") = 500_000  # type: ignore[valid-type]  # an Annotated type built per flag
     """Environment frames to train for (accepts 500k, 10M)."""
     learning_rate: Optional[float] = None
     """Learning rate (see --lr-decay-frames for its schedule); default 7e-4 (A2C's Atari value) for the image CNNs, 6e-4 (IMPALA's) for small grids, 3e-3 for vector observations (the small MLP needs larger steps to learn within 500k frames)."""
-    lr_decay_frames: Optional[FrameCount] = None
+    lr_decay_frames: Optional[frame_count_flag("--lr-decay-frames")] = None  # type: ignore[valid-type]  # as above
     """Anneal the learning rate linearly to 0 over this many frames (and keep it at 0 after); 0 keeps it constant. Default: 500k for vector observations (CartPole's tuned schedule), constant for images and grids. It never follows --total-frames, so a 10M-frame run learns as the first 10M frames of a longer one."""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """`rmsprop` (IMPALA's) or `adam`."""
