@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test bench-throughput learn-pong learn-multilevel clean
+.PHONY: setup train test bench-throughput learn learn-quick learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ test: $(STAMP)
 
 bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
+
+learn: $(STAMP)
+	$(BIN)/python benchmarks/learn.py
+
+learn-quick: $(STAMP)
+	$(BIN)/python benchmarks/learn.py --quick
 
 learn-multilevel: $(STAMP)
 	benchmarks/learn_multilevel.sh
