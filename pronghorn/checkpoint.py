@@ -87,20 +87,15 @@ def _save(out: str, state: dict, frames: int, keep: int) -> str:
 
 
 def candidates(logdir: str) -> list[str]:
-    """Checkpoint files, newest first: the one `latest` names, then the others by frame count."""
+    """Checkpoint files, newest (most frames) first.
+
+    Every ckpt-*.pt is complete when it appears (written to a temporary file, fsynced, renamed), so the
+    newest wins even over the one `latest` names: a kill between the two renames in `_save` leaves `latest`
+    one checkpoint behind, and trusting it would throw away the last interval's training."""
     out = folder(logdir)
     if not os.path.isdir(out):
         return []
-    paths = sorted((os.path.join(out, p) for p in os.listdir(out) if _NAME.match(p)), reverse=True)
-    try:
-        with open(os.path.join(out, "latest")) as f:
-            named = os.path.join(out, f.read().strip())
-        if named in paths:
-            paths.remove(named)
-            paths.insert(0, named)
-    except OSError:
-        pass
-    return paths
+    return sorted((os.path.join(out, p) for p in os.listdir(out) if _NAME.match(p)), reverse=True)
 
 
 def load(path: str) -> dict:

@@ -52,6 +52,14 @@ def test_resumed_learner_matches_one_run_straight_through(tmp_path):
             assert torch.equal(torch.as_tensor(sa[key][name]), torch.as_tensor(sb[key][name])), (key, name)
 
 
+def test_a_kill_between_the_checkpoint_and_latest_still_resumes_from_the_newest(tmp_path):
+    checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": 10}, "rng": {}, "stats": {}}, 10)
+    checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": 20}, "rng": {}, "stats": {}}, 20)
+    (tmp_path / "checkpoints" / "latest").write_text("ckpt-000000000010.pt")  # as if killed before `latest` moved on
+    path, state = checkpoint.load_latest(str(tmp_path))
+    assert path.endswith("ckpt-000000000020.pt") and state["learner"]["frames"] == 20
+
+
 def test_save_keeps_the_last_k_and_latest_names_the_newest(tmp_path):
     for frames in (10, 20, 30, 40):
         checkpoint.save(str(tmp_path), {"config": {}, "learner": {"frames": frames}, "rng": {}, "stats": {}}, frames, keep=3)
