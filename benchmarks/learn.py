@@ -3,9 +3,11 @@
     .venv/bin/python benchmarks/learn.py                  # everything (hours on 2 cores)
     .venv/bin/python benchmarks/learn.py --quick          # CartPole and MinAtar Breakout, about 20 minutes
     .venv/bin/python benchmarks/learn.py --only pong --seeds 0 1 --parallel 2
+    .venv/bin/python benchmarks/learn.py --report        # rewrite the table and figures, train nothing
 
 Each entry runs `pronghorn train` once per seed into runs/learn/<entry>/seed<k>/<env>; a finished run is
-reused, not retrained (delete its folder to retrain). The table gives the mean return of each run's last
+reused, not retrained (delete its folder to retrain). The table, rewritten after every call, covers every
+entry with a finished run, not only the ones just trained. It gives the mean return of each run's last
 100 games at the end of its budget, the published figure it is compared with, and where that comes from;
 the figure draws every entry's seeds as mean and min-max band (`pronghorn plot`).
 """
@@ -121,14 +123,18 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (each takes the cores its actors and learner ask for)")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs"))
+    parser.add_argument("--report", action="store_true", help="write the table and figures from the finished runs; train nothing")
     args = parser.parse_args()
     names = set(args.only or (QUICK if args.quick else [e.name for e in SUITE]))
     unknown = names - {e.name for e in SUITE}
     if unknown:
         parser.error(f"unknown entries {sorted(unknown)}: pick from {', '.join(e.name for e in SUITE)}")
     entries = [e for e in SUITE if e.name in names]
-    run_all([(e, s) for e in entries for s in args.seeds], args.parallel)
-    print(report(entries, args.seeds, args.out))
+    os.makedirs(args.out, exist_ok=True)
+    if not args.report:
+        run_all([(e, s) for e in entries for s in args.seeds], args.parallel)
+    done = [e for e in SUITE if any(finished(logdir(e, s)) for s in args.seeds)]
+    print(report(done, args.seeds, args.out))
 
 
 if __name__ == "__main__":
