@@ -28,9 +28,13 @@ class LevelStats:
         for e in episodes:
             self.recent[e.level].append(e.episode_return)
 
+    def recent_returns(self) -> list[float]:
+        """Every level's recent episode returns together (up to 100 per level)."""
+        return [r for q in self.recent.values() for r in q]
+
     def mean_return(self) -> float:
         """Mean over every level's recent episodes together; nan before the first."""
-        values = [r for q in self.recent.values() for r in q]
+        values = self.recent_returns()
         return sum(values) / len(values) if values else float("nan")
 
     def level_means(self) -> dict[str, float]:

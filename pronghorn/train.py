@@ -180,7 +180,7 @@ def train(cfg: Config) -> TrainResult:
 
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
     runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
-    logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, [r for q in stats.recent.values() for r in q])
+    logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, stats.recent_returns())
     staging: Optional[Staging] = None
     solved = interrupted = False
     saved_path: Optional[str] = None
