@@ -43,11 +43,27 @@ def test_killed_actor_is_replaced_and_its_slots_reclaimed():
     assert_no_leaks()
 
 
-def _actor_pids(parent: int) -> list[int]:
-    try:
-        return [p.pid for p in psutil.Process(parent).children() if (p.cmdline() or [""])[0].startswith("pronghorn-actor-0")]
-    except psutil.NoSuchProcess:
-        return []
+def _actor_pids(parent: int, timeout: float = 30.0) -> list[int]:
+    """Children titled pronghorn-actor-0, polled until one shows up.
+
+    Each child is read on its own: one zombie or vanished child (a finished probe) raises NoSuchProcess,
+    which must not hide the actor beside it (seen once in CI)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        try:
+            children = psutil.Process(parent).children()
+        except psutil.NoSuchProcess:
+            return []
+        for child in children:
+            try:
+                if (child.cmdline() or [""])[0].startswith("pronghorn-actor-0"):
+                    found.append(child.pid)
+            except psutil.Error:
+                continue
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
