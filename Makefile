@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test bench-throughput learn learn-quick learn-pong learn-multilevel clean
+.PHONY: setup train test bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ test: $(STAMP)
 
 bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
+
+bench-replay: $(STAMP)
+	$(BIN)/python benchmarks/replay.py speed
 
 learn: $(STAMP)
 	$(BIN)/python benchmarks/learn.py

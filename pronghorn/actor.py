@@ -90,6 +90,17 @@ def _write_row(buf: Unroll, t: int, step: _Step, truncation_value: np.ndarray) -
     buf.policy_logits[t] = step.agent_out.policy_logits[0].numpy()
 
 
+def lockstep_update(cfg: Config, unroll: int) -> int:
+    """--deterministic: the update that an actor's unroll number `unroll` feeds.
+
+    Each update takes the same number of unrolls from every actor: batch_slots / num_actors; with replay,
+    only the first batch is all fresh (the ring then holds a batch) and later ones take fresh_slots / num_actors."""
+    first = max(1, cfg.batch_slots // cfg.num_actors)
+    if not cfg.replay_fraction or unroll < first:
+        return unroll // first
+    return 1 + (unroll - first) // max(1, cfg.fresh_slots // cfg.num_actors)
+
+
 def run_actor(
     index: int,
     cfg: Config,
@@ -150,17 +161,16 @@ def run_actor(
     step = _Step(env_out, last_action, agent_out, core)
     row0_truncation = np.zeros(E, np.float32)
     reported_failures = 0
-    # Lock-step: this actor's unroll n feeds update n // per_update and is made with the weights of the
-    # update before that one (version k-1 for update k): a policy lag of exactly one.
-    per_update = max(1, cfg.batch_slots // cfg.num_actors) if cfg.deterministic else 0
+    # Lock-step: this actor's unroll n feeds update lockstep_update(cfg, n) = k and is made with the weights
+    # of the update before that one (version k-1 for update k): a policy lag of exactly one.
     unroll = 0
     try:
         while not should_stop():
             slot = free.get()
             if slot is None:
                 return
-            if per_update:
-                version = weights.load_version(agent, max(0, unroll // per_update - 1), cfg.timeout)
+            if cfg.deterministic:
+                version = weights.load_version(agent, max(0, lockstep_update(cfg, unroll) - 1), cfg.timeout)
             unroll += 1
             buf = views[slot]
             buf.core_state[:] = step.core_before.numpy()
@@ -184,7 +194,7 @@ def run_actor(
             counters[1] += 1
             counters[2] += T * E
             full.put(slot)  # the slot now belongs to the learner until staging hands it back
-            if not per_update and weights.version != version:
+            if not cfg.deterministic and weights.version != version:
                 version = weights.load_into(agent, cfg.timeout)
     finally:
         env.close()

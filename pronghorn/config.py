@@ -58,7 +58,8 @@ def frame_count_flag(flag: str):
 # agent, the data or the objective, and must match the checkpoint.
 RESUMABLE_CHANGES = frozenset(
     {"total_frames", "logdir", "log_interval", "checkpoint_secs", "keep_checkpoints", "progress", "timeout", "device",
-     "learner_threads", "stop_at_return", "restart", "num_buffers", "max_bad_updates", "max_env_failures", "max_actor_restarts"}
+     "learner_threads", "stop_at_return", "restart", "num_buffers", "max_bad_updates", "max_env_failures", "max_actor_restarts",
+     "checkpoint_replay", "replay_max_gb"}
 )
 
 
@@ -149,12 +150,34 @@ class Config:
     """PopArt: normalise the value targets per level with running statistics, preserving the agent's outputs when they change (van Hasselt et al. 2016; Hessel et al. 2019)."""
     popart_step: float = 3e-4
     """PopArt: step size of the running mean and second moment of each level's value targets."""
+    updates_per_batch: int = 1
+    """Learner updates on each batch (frames are counted once); more than 1 reuses every unroll, as PPO's epochs do (V-trace corrects the growing lag). The control for replay's effect: as many gradient samples per fresh frame, without replay."""
     max_bad_updates: int = 10
     """Stop training (with a checkpoint of the last good state) after this many updates in a row with a non-finite loss or gradient; each is skipped."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Learner device; `auto` takes CUDA when available. Actors always run on CPU."""
     learner_threads: int = 0
     """Torch threads in the learner; 0 picks the cores left over by the actors (at least 1)."""
+
+    # --- replay ----------------------------------------------------------------------------------
+    replay_fraction: float = 0.0
+    """Share of every batch's unrolls drawn from a replay ring of recent unrolls (exactly round(batch x fraction) of them; the rest are fresh from the actors, and must be whole actor unrolls). 0 (the default) is plain IMPALA and allocates nothing; IMPALA's replay experiments used 0.5."""
+    replay_capacity: int = 4096
+    """Unrolls the replay ring holds; the oldest are overwritten. Its size in bytes is printed at start-up."""
+    replay_sampling: Literal["uniform", "prioritized"] = "uniform"
+    """How replayed unrolls are drawn: `uniform`, or `prioritized` by each unroll's mean absolute V-trace advantage (see --replay-priority-eta), with importance weights in the loss."""
+    replay_priority_exponent: float = 0.6
+    """Prioritized replay: an unroll is drawn with probability proportional to priority ** this (0 is uniform)."""
+    replay_priority_eta: float = 0.0
+    """Prioritized replay: priority = eta * max + (1 - eta) * mean of the unroll's absolute V-trace advantages (0: the mean; R2D2 used 0.9)."""
+    replay_is_exponent: float = 0.6
+    """Prioritized replay: importance weight (N * P(i)) ** -this, divided by the batch's largest; 0 turns the correction off."""
+    replay_kl_limit: Optional[float] = None
+    """Trust region: a replayed unroll whose behaviour policy is further than this KL (mean over its steps) from the current policy gets no policy gradient; the masked share is logged as replay_masked_fraction."""
+    replay_max_gb: float = 16.0
+    """Refuse a replay ring larger than this many GiB (a ring that would not fit in available memory is refused too)."""
+    checkpoint_replay: bool = False
+    """Save the replay ring in every checkpoint (large: its size is printed) so a resumed run replays from where it stopped; without it a resumed run refills the ring."""
 
     # --- run -----------------------------------------------------------------------------------
     deterministic: bool = False
@@ -186,7 +209,7 @@ class Config:
         need(bool(self.env.strip()), "--env is empty: give a Gymnasium id such as CartPole-v1 or ALE/Pong-v5")
         if self.levels is not None:
             self._check_levels()
-        for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_size", "total_frames", "hidden_size"):
+        for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_size", "total_frames", "hidden_size", "updates_per_batch"):
             value = getattr(self, name)
             need(value is None or value >= 1, f"--{name.replace('_', '-')} is {value}: it must be at least 1")
         if self.batch_size is not None and self.batch_size % self.envs_per_actor:
@@ -231,6 +254,11 @@ class Config:
                 f"{self.batch_slots} actor unrolls of {self.envs_per_actor} envs, not a multiple of --num-actors {self.num_actors}: "
                 f"use e.g. --batch-size {self.envs_per_actor * self.num_actors * max(1, round(self.batch_slots / self.num_actors))}"
             )
+        need(
+            not (self.deterministic and self.updates_per_batch > 1),
+            "--deterministic's lock-step expects one update per batch: drop --updates-per-batch or --deterministic",
+        )
+        self._check_replay()
         need(0 < self.popart_step < 1, f"--popart-step is {self.popart_step}: it must lie in (0, 1)")
         if self.env_backend == "envpool":
             for level in self.level_names:
@@ -248,6 +276,42 @@ class Config:
             import torch
 
             need(torch.cuda.is_available(), "--device cuda but PyTorch sees no CUDA device: use --device cpu or install a CUDA build of torch")
+
+    def _check_replay(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        need(0 <= self.replay_fraction < 1, f"--replay-fraction is {self.replay_fraction}: it must lie in [0, 1) (some of every batch must be fresh)")
+        need(self.replay_capacity >= 1, f"--replay-capacity is {self.replay_capacity}: it must be at least 1 unroll")
+        need(self.replay_priority_exponent >= 0, f"--replay-priority-exponent is {self.replay_priority_exponent}: it must be 0 or more")
+        need(0 <= self.replay_priority_eta <= 1, f"--replay-priority-eta is {self.replay_priority_eta}: it must lie in [0, 1]")
+        need(0 <= self.replay_is_exponent <= 1, f"--replay-is-exponent is {self.replay_is_exponent}: it must lie in [0, 1]")
+        need(self.replay_kl_limit is None or self.replay_kl_limit > 0, f"--replay-kl-limit is {self.replay_kl_limit}: it must be positive (or unset)")
+        need(self.replay_max_gb > 0, f"--replay-max-gb is {self.replay_max_gb}: it must be positive")
+        if not self.replay_fraction or self.batch_size is None:
+            return
+        replayed = self.replay_columns
+        need(replayed >= 1, f"--replay-fraction {self.replay_fraction} of a batch of {self.batch_size} replays no unroll: raise it to at least {0.5 / self.batch_size:.3g} or use 0")
+        fresh = self.batch_size - replayed
+        if fresh % self.envs_per_actor:
+            whole = [k * self.envs_per_actor for k in range(1, self.batch_slots)]
+            options = ", ".join(f"{(self.batch_size - f) / self.batch_size:g}" for f in whole) or "none at this batch size"
+            raise ConfigError(
+                f"--replay-fraction {self.replay_fraction} leaves {fresh} fresh unrolls per batch of {self.batch_size}, not whole actor unrolls of "
+                f"--envs-per-actor {self.envs_per_actor}: use one of {options}, or change --batch-size"
+            )
+        need(
+            self.replay_capacity >= self.batch_size,
+            f"--replay-capacity {self.replay_capacity} is smaller than a batch ({self.batch_size} unrolls): the ring fills from whole batches, so use at least {self.batch_size}",
+        )
+        if self.deterministic:
+            need(
+                (fresh // self.envs_per_actor) % self.num_actors == 0,
+                f"--deterministic takes the same number of unrolls from each actor, but {fresh // self.envs_per_actor} fresh actor unrolls per batch "
+                f"do not divide among --num-actors {self.num_actors}: change --replay-fraction or --batch-size",
+            )
+            need(not self.checkpoint_replay, "--deterministic with --checkpoint-replay is not supported: drop one of them")
 
     def _check_levels(self) -> None:
         from pronghorn import suites
@@ -326,6 +390,18 @@ class Config:
         if self.batch_size is None:
             raise ValueError("batch_size is unresolved: call Config.for_observations first")
         return self.batch_size // self.envs_per_actor
+
+    @property
+    def replay_columns(self) -> int:
+        """Replayed unrolls per batch, once the ring holds a batch (0 without replay)."""
+        if self.batch_size is None:
+            raise ValueError("batch_size is unresolved: call Config.for_observations first")
+        return round(self.batch_size * self.replay_fraction)
+
+    @property
+    def fresh_slots(self) -> int:
+        """Actor unrolls (slots) per batch once replay is running; every batch before that is all fresh."""
+        return (self.batch_size - self.replay_columns) // self.envs_per_actor
 
     @property
     def buffer_slots(self) -> int:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
 from pronghorn import vtrace
 from pronghorn.config import Config
 from pronghorn.diagnostics import DeadUnits
-from pronghorn.losses import baseline_loss, clip_rewards, entropy_loss, policy_gradient_loss
+from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, entropy_loss, policy_gradient_loss
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
 
@@ -40,6 +41,7 @@ class Learner:
         # latest reading is reported with every step so interval averages stay meaningful.
         self.dead_units = DeadUnits(agent.torso)
         self.dead: dict[str, float] = {}
+        self.abs_advantages = torch.zeros(0)  # [T, B] of the last step: replay priorities are made from it
 
     def learning_rate(self) -> float:
         """Constant, or linear from --learning-rate to 0 over --lr-decay-frames (never tied to the budget)."""
@@ -47,9 +49,14 @@ class Learner:
             return self.cfg.learning_rate
         return self.cfg.learning_rate * max(0.0, 1.0 - self.frames / self.cfg.lr_decay_frames)
 
-    def step(self, batch: Unroll) -> dict[str, float]:
-        """One update on a time-major batch [T+1, B, ...]; returns its metrics."""
+    def step(self, batch: Unroll, fresh: int = -1, weights: Optional[torch.Tensor] = None, count: bool = True) -> dict[str, float]:
+        """One update on a time-major batch [T+1, B, ...]; returns its metrics.
+
+        fresh: columns [0, fresh) came from the actors, the rest from replay (-1: all fresh). Only fresh
+        columns count as frames and policy lag. weights: [B] importance weights of prioritized replay.
+        count: False for a second pass over the same batch (--updates-per-batch): its frames are counted once."""
         cfg = self.cfg
+        fresh = batch.action.shape[1] if fresh < 0 else fresh
         done = batch.terminated | batch.truncated
         reward = clip_rewards(batch.reward, cfg.reward_clipping)
         probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
@@ -78,16 +85,22 @@ class Learner:
             bootstrap_value=bootstrap_value,
             lambda_=cfg.vtrace_lambda,
         )
+        self.abs_advantages = vt.pg_advantages.detach().abs()
+        replay_metrics: dict[str, float] = {}
+        pg_weights = weights
+        if cfg.replay_fraction:
+            replay_metrics, pg_weights = self._replay_terms(batch, logits, fresh, weights)
         popart, level = self.agent.popart, batch.level[0]
         if popart is None:
-            pg = policy_gradient_loss(logits, actions, vt.pg_advantages)
-            bl = cfg.baseline_cost * baseline_loss(vt.vs, values)
+            pg = policy_gradient_loss(logits, actions, vt.pg_advantages if pg_weights is None else vt.pg_advantages * pg_weights)
+            bl = cfg.baseline_cost * baseline_loss(vt.vs, values, weights)
         else:
             # PopArt: each level's advantages and value error are measured in units of its own target
             # scale, so a level with large returns does not drown the others' gradients.
             sigma = popart.sigma().detach()[level]  # [B]
-            pg = policy_gradient_loss(logits, actions, vt.pg_advantages / sigma)
-            bl = cfg.baseline_cost * baseline_loss(popart.normalize(vt.vs, level), popart.normalize(values, level))
+            scale = 1.0 / sigma if pg_weights is None else pg_weights / sigma
+            pg = policy_gradient_loss(logits, actions, vt.pg_advantages * scale)
+            bl = cfg.baseline_cost * baseline_loss(popart.normalize(vt.vs, level), popart.normalize(values, level), weights)
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
@@ -110,11 +123,12 @@ class Learner:
             self.bad_updates_in_a_row += 1
             self.skipped_updates += 1
 
-        t, b = actions.shape
-        self.frames += t * b * self.frames_per_step
-        lag = (self.steps - batch.policy_version).float()  # updates between acting and this update
+        t = actions.shape[0]
+        if count:
+            self.frames += t * fresh * self.frames_per_step  # replayed columns were counted when they were fresh
+        lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
         self.steps += int(finite)
-        entropy = -neg_entropy.item() / (t * b)  # mean per-step policy entropy
+        entropy = -neg_entropy.item() / actions.numel()  # mean per-step policy entropy
         metrics = {
             "total_loss": total.item(),
             "pg_loss": pg.item(),
@@ -129,11 +143,39 @@ class Learner:
             "skipped_updates": float(self.skipped_updates),
             "value_mean": values.mean().item(),
             **self.dead,
+            **replay_metrics,
         }
         if popart is not None:
             for name, mu, sigma in zip(cfg.level_names, popart.mu.tolist(), popart.sigma().tolist()):
                 metrics[f"popart_mu/{name}"], metrics[f"popart_sigma/{name}"] = mu, sigma
         return metrics
+
+    def _replay_terms(
+        self, batch: Unroll, logits: torch.Tensor, fresh: int, weights: Optional[torch.Tensor]
+    ) -> tuple[dict[str, float], Optional[torch.Tensor]]:
+        """Replay's metrics, and the policy-gradient weights [B] with the trust region applied.
+
+        Same keys every step (metrics.csv fixes its columns on the first row): NaN where no column was replayed."""
+        replayed = batch.action.shape[1] - fresh
+        nan = float("nan")
+        metrics = {"replay_columns": float(replayed), "replay_age_mean": nan, "replay_age_max": nan}
+        if self.cfg.replay_kl_limit is not None:
+            metrics["replay_masked_fraction"] = nan
+        if not replayed:
+            return metrics, weights
+        # Age: updates since the replayed unroll's behaviour policy acted (its policy lag now).
+        age = (self.steps - batch.policy_version[:, fresh:]).float()
+        metrics["replay_age_mean"], metrics["replay_age_max"] = age.mean().item(), age.max().item()
+        if self.cfg.replay_kl_limit is None:
+            return metrics, weights
+        # LASER's trust region: a replayed unroll whose behaviour policy drifted too far from the current
+        # one gets no policy gradient (V-trace's clipped weights alone make such updates noisy); its value
+        # targets are still learned from. Fresh columns are never masked.
+        kl = behaviour_kl(batch.policy_logits[:-1, fresh:], logits[:, fresh:]).mean(0)  # [replayed]
+        keep = torch.ones(batch.action.shape[1], device=logits.device)
+        keep[fresh:] = (kl <= self.cfg.replay_kl_limit).float()
+        metrics["replay_masked_fraction"] = 1.0 - keep[fresh:].mean().item()
+        return metrics, keep if weights is None else weights * keep
 
     def state_dict(self) -> dict:
         return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(), "frames": self.frames, "steps": self.steps}

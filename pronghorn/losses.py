@@ -5,6 +5,8 @@ Shapes: logits [T, B, A], actions/advantages/targets/values [T, B].
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -27,9 +29,21 @@ def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages
     return -(log_probs.view_as(advantages) * advantages.detach()).sum()
 
 
-def baseline_loss(targets: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """0.5 * sum (v_s - V(x_s))^2; the learner weighs it with --baseline-cost (0.5 in IMPALA)."""
-    return 0.5 * ((targets.detach() - values) ** 2).sum()
+def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """0.5 * sum w (v_s - V(x_s))^2; the learner weighs it with --baseline-cost (0.5 in IMPALA).
+
+    weights: optional per-column [B] (replay's importance weights), broadcast over time."""
+    squared = (targets.detach() - values) ** 2
+    if weights is not None:
+        squared = squared * weights
+    return 0.5 * squared.sum()
+
+
+def behaviour_kl(behaviour_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """KL(mu || pi) per step [T, B] from logits [T, B, A]: how far the policy moved since it acted."""
+    log_mu = F.log_softmax(behaviour_logits, dim=-1)
+    log_pi = F.log_softmax(target_logits.detach(), dim=-1)
+    return (log_mu.exp() * (log_mu - log_pi)).sum(-1)
 
 
 def entropy_loss(logits: torch.Tensor) -> torch.Tensor:

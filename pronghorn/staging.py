@@ -5,6 +5,12 @@ host buffer (pinned when the learner is on CUDA) -- the slots are time-major alr
 `[T+1, B, ...]` -- hands the slots back to the actors, and starts the copy to the device (non_blocking,
 on its own CUDA stream). Two batch buffers alternate, so the learner trains on one while the other is
 filled: at most one step of extra policy lag.
+
+With replay, this thread is the replay ring's only owner: after the fresh slots are copied in and handed
+back, it draws the replayed columns into the rest of the batch, then stores the fresh columns in the ring
+(after the draw, so a batch never replays itself), then starts the device copy. The learner never waits
+for sampling, and nothing else touches the ring except a checkpoint, under `replay_lock`.
+Layout of a batch: columns [0, fresh) are fresh, [fresh, B) replayed.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from pronghorn.records import Unroll
+from pronghorn.replay import ReplayRing, ReplaySample
 
 
 class StagedBatch(NamedTuple):
     data: Unroll  # [T+1, B, ...] on the learner's device
     wait_s: float  # time the learner waited for this batch
     stage_s: float  # time staging spent assembling it (queue waits excluded)
+    fresh: int = -1  # columns [0, fresh) came from the actors, the rest from replay; -1: all fresh (no replay)
+    number: int = 0  # batches staged before this one
+    replay: Optional[ReplaySample] = None  # where its columns live in the ring (with replay on)
 
 
 class _Stop(Exception):
@@ -41,6 +51,8 @@ class Staging:
         health_check: Callable[[], None],
         describe_producers: Callable[[], str],
         in_actor_order: int = 0,
+        replay: Optional[ReplayRing] = None,
+        replay_columns: int = 0,
     ):
         self._slots = slots
         self._full, self._free = full, free  # get(timeout) -> full slot index; put(index) frees one
@@ -51,6 +63,13 @@ class Staging:
         self._describe = describe_producers
         self._actors = in_actor_order  # lock-step: take slots round-robin by actor (full.get_from), not by arrival
         self._taken = 0
+        self._replay = replay
+        self._replay_columns = replay_columns if replay is not None else 0
+        self.replay_lock = threading.Lock()
+        self._priorities: queue.Queue = queue.Queue()  # (batch number, [B] priorities) from the learner
+        self._pending: dict[int, torch.Tensor] = {}
+        self._placed: dict[int, ReplaySample] = {}  # batch number -> where its columns live, until its priorities come
+        self._staged = 0
         cuda = device.type == "cuda"
         self._host = [self._allocate(pin=cuda) for _ in range(2)]
         self._on_device = [Unroll(*(torch.empty_like(t, device=device) for t in host)) for host in self._host] if cuda else self._host
@@ -96,14 +115,21 @@ class Staging:
                     buffer = self._buffers_free.get(timeout=0.5)
                 except queue.Empty:
                     continue
-                indices = [self._take_slot() for _ in range(self._batch_slots)]
+                ring = self._replay
+                # Until the ring holds as many columns as a batch replays, batches are all fresh.
+                replayed = self._replay_columns if ring is not None and ring.size >= self._replay_columns else 0
+                width = self._slots[0].obs.shape[1]
+                indices = [self._take_slot() for _ in range(self._batch_slots - replayed // width)]
                 start = time.perf_counter()
                 host = self._host[buffer]
-                for field, out in zip(Unroll._fields, host):
-                    torch.cat([getattr(self._slots[i], field) for i in indices], dim=1, out=out)
+                for j, i in enumerate(indices):
+                    for src, out in zip(self._slots[i], host):
+                        out[:, j * width : (j + 1) * width] = src
                 # The data is copied out of the slots: only now may actors overwrite them.
                 for i in indices:
                     self._free.put(i)
+                fresh = len(indices) * width
+                sample = self._replay_step(host, fresh, replayed) if ring is not None else None
                 event = None
                 if self._stream is not None:
                     with torch.cuda.stream(self._stream):
@@ -111,11 +137,57 @@ class Staging:
                             dst.copy_(src, non_blocking=True)
                         event = torch.cuda.Event()
                         event.record(self._stream)
-                self._ready.put((buffer, event, time.perf_counter() - start))
+                self._ready.put((buffer, event, time.perf_counter() - start, fresh if ring is not None else -1, self._staged, sample))
+                self._staged += 1
         except _Stop:
             pass
         except BaseException as exc:  # noqa: BLE001 - handed to the learner thread, which raises it
             self._ready.put(exc)
+
+    def _replay_step(self, host: Unroll, fresh: int, replayed: int) -> ReplaySample:
+        """Draw the replayed columns into host[:, fresh:], then store the fresh ones in the ring."""
+        ring = self._replay
+        assert ring is not None
+        with self.replay_lock:
+            self._apply_priorities()
+            if replayed:
+                positions, stamps, weights = ring.sample(replayed)
+                ring.gather(positions, host, fresh)
+            else:
+                positions, stamps, weights = (torch.zeros(0, dtype=torch.int64),) * 2 + (torch.ones(0),)
+            new_positions, new_stamps = ring.add(host, 0, fresh)
+        sample = ReplaySample(torch.cat([new_positions, positions]), torch.cat([new_stamps, stamps]), torch.cat([torch.ones(fresh), weights]))
+        if ring.prioritized:
+            self._placed[self._staged] = sample
+        return sample
+
+    def _apply_priorities(self) -> None:
+        """Apply the learner's priorities for batches up to two before this one, and no later ones.
+
+        Batch n is staged once the learner has asked for batch n-1, which it does only after it reported
+        batch n-2; batch n-1's report may or may not have come. Taking exactly those up to n-2 keeps the
+        draws independent of thread timing (what --deterministic needs)."""
+        while True:
+            try:
+                number, priorities = self._priorities.get_nowait()
+            except queue.Empty:
+                break
+            self._pending[number] = priorities
+        for number in sorted(k for k in self._pending if k <= self._staged - 2):
+            placed = self._placed.pop(number)
+            self._replay.update_priorities(placed.positions, placed.stamps, self._pending.pop(number))  # type: ignore[union-attr]  # called only with a ring
+
+    def report_priorities(self, number: int, priorities: torch.Tensor) -> None:
+        """The learner's per-column priorities [B] for batch `number` (prioritized replay only)."""
+        if self._replay is not None and self._replay.prioritized:
+            self._priorities.put((number, priorities.detach().to("cpu", torch.float64)))
+
+    def replay_state(self) -> Optional[dict]:
+        """A copy of the ring for a checkpoint, taken between two batches."""
+        if self._replay is None:
+            return None
+        with self.replay_lock:
+            return self._replay.state_dict()
 
     def next(self) -> StagedBatch:
         """The next batch. The previous one is released: the learner must be done with it."""
@@ -132,11 +204,11 @@ class Staging:
                     raise RuntimeError("the staging thread stopped") from None
         if isinstance(item, BaseException):
             raise item
-        buffer, event, stage_s = item
+        buffer, event, stage_s, fresh, number, sample = item
         if event is not None:
             torch.cuda.current_stream(self._device).wait_event(event)
         self._in_use = buffer
-        return StagedBatch(self._on_device[buffer], time.perf_counter() - start, stage_s)
+        return StagedBatch(self._on_device[buffer], time.perf_counter() - start, stage_s, fresh, number, sample)
 
     def close(self) -> None:
         self._stop.set()

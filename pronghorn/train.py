@@ -25,6 +25,7 @@ from pronghorn.learner import Learner
 from pronghorn.logs import Episode, standard_logger, trim_csv
 from pronghorn.models import build_agent
 from pronghorn.records import Unroll
+from pronghorn.replay import build_ring, unroll_priorities
 from pronghorn.runtime import LocalRuntime
 from pronghorn.staging import Staging
 from pronghorn.stats import LevelStats
@@ -98,8 +99,11 @@ def prepare_logdir(cfg: Config) -> tuple[str, Optional[str], Optional[dict]]:
     return logdir, path, state
 
 
-def finished_episodes(batch: Unroll, frames: int, levels: tuple[str, ...], now: float) -> list[Episode]:
-    """Games that ended inside this batch. Row 0 repeats the previous unroll's last row, so it is skipped."""
+def finished_episodes(batch: Unroll, frames: int, levels: tuple[str, ...], now: float, fresh: int = -1) -> list[Episode]:
+    """Games that ended inside this batch's fresh columns [0, fresh) (-1: all; replayed games were counted
+    when they were fresh). Row 0 repeats the previous unroll's last row, so it is skipped."""
+    if fresh >= 0:
+        batch = Unroll(*(field[:, :fresh] for field in batch))
     ended = batch.episode_end[1:].nonzero().tolist()
     if not ended:
         return []
@@ -108,7 +112,8 @@ def finished_episodes(batch: Unroll, frames: int, levels: tuple[str, ...], now: 
 
 
 class _Interval:
-    """Accumulates per-step metrics between two log lines."""
+    """Accumulates per-step metrics between two log lines: `*_min` and `*_max` keys keep their extreme,
+    the rest their mean; NaN (a figure with nothing to measure in that step) is left out."""
 
     def __init__(self, frames: int):
         self.reset(frames)
@@ -116,22 +121,26 @@ class _Interval:
     def reset(self, frames: int) -> None:
         self.start, self.frames, self.steps = time.perf_counter(), frames, 0
         self.sums: dict[str, float] = collections.defaultdict(float)
-        self.lag_min, self.lag_max = float("inf"), float("-inf")
+        self.counts: dict[str, int] = collections.defaultdict(int)
+        self.extremes: dict[str, float] = {}
 
     def add(self, metrics: dict[str, float], wait_s: float, stage_s: float) -> None:
         self.steps += 1
-        for key, value in metrics.items():
+        for key, value in {**metrics, "learner_wait_s": wait_s, "stage_s": stage_s}.items():
+            if value != value:  # NaN
+                self.sums[key] += 0.0  # the column exists from the first row on
+                continue
+            if key.endswith("_min") or key.endswith("_max"):
+                pick = min if key.endswith("_min") else max
+                self.extremes[key] = pick(self.extremes.get(key, value), value)
             self.sums[key] += value
-        self.sums["learner_wait_s"] += wait_s
-        self.sums["stage_s"] += stage_s
-        self.lag_min = min(self.lag_min, metrics["policy_lag_min"])
-        self.lag_max = max(self.lag_max, metrics["policy_lag_max"])
+            self.counts[key] += 1
 
     def summary(self, frames: int) -> dict[str, float]:
         dt = max(1e-9, time.perf_counter() - self.start)
         row = {"fps": (frames - self.frames) / dt, "learner_steps_per_s": self.steps / dt}
-        row.update({key: value / max(1, self.steps) for key, value in self.sums.items()})
-        row["policy_lag_min"], row["policy_lag_max"] = self.lag_min, self.lag_max
+        for key, total in self.sums.items():
+            row[key] = self.extremes.get(key, total / self.counts[key] if self.counts[key] else float("nan"))
         return row
 
 
@@ -171,11 +180,24 @@ def train(cfg: Config) -> TrainResult:
             raise ConfigError(f"checkpoint {resumed_from} does not fit this agent ({detail}): use the run's flags or --restart") from None
         _set_rng_state(saved["rng"])
         log.info("resumed from %s at %d frames, learner step %d", resumed_from, learner.frames, learner.steps)
+    ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
+    if ring is not None:
+        log.info("replay: %d of every %d unrolls from a ring of %s unrolls (%s MiB)", cfg.replay_columns, cfg.batch_size, f"{ring.capacity:,}", f"{ring.nbytes / 2**20:,.1f}")
+        if cfg.checkpoint_replay:
+            log.warning("--checkpoint-replay: every checkpoint holds the ring, %s MiB", f"{ring.nbytes / 2**20:,.1f}")
+        if saved is not None and cfg.checkpoint_replay and saved.get("replay") is not None:
+            try:
+                ring.load_state_dict(saved["replay"])
+            except ValueError as exc:
+                raise ConfigError(f"checkpoint {resumed_from}: {exc}; use the run's flags or --restart") from None
+            log.info("replay ring restored: %s unrolls", f"{ring.size:,}")
     target = cfg.stop_at_return if cfg.stop_at_return is not None else spec.reward_threshold
     num_params = sum(p.numel() for p in agent.parameters())
 
     def save() -> str:
         state = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
+        if cfg.checkpoint_replay and staging is not None:
+            state["replay"] = staging.replay_state()
         return checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
 
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
@@ -192,7 +214,7 @@ def train(cfg: Config) -> TrainResult:
         staging = Staging(
             runtime.unroll_slots(), runtime.router, runtime.router, cfg.batch_slots, device, cfg.timeout,
             runtime.check_health, lambda: f"{runtime.alive()}/{cfg.num_actors} actors alive",
-            in_actor_order=cfg.num_actors if cfg.deterministic else 0,
+            in_actor_order=cfg.num_actors if cfg.deterministic else 0, replay=ring, replay_columns=cfg.replay_columns if ring else 0,
         )
         interval = _Interval(learner.frames)
 
@@ -209,17 +231,21 @@ def train(cfg: Config) -> TrainResult:
         last_log = last_ckpt = time.monotonic()
         while learner.frames < cfg.total_frames and not stats.reached(target):
             staged = staging.next()
-            metrics = learner.step(staged.data)
-            if learner.bad_updates_in_a_row >= cfg.max_bad_updates:
-                raise NonFiniteError(
-                    f"{learner.bad_updates_in_a_row} updates in a row had a non-finite loss or gradient (skipped); "
-                    f"the last good state is checkpointed in {checkpoint.folder(logdir)}. Check the rewards and observations, or lower --learning-rate"
-                )
+            weights = staged.replay.weights.to(device) if ring is not None and ring.prioritized and staged.replay is not None else None
+            for k in range(cfg.updates_per_batch):
+                metrics = learner.step(staged.data, staged.fresh, weights, count=k == 0)
+                if learner.bad_updates_in_a_row >= cfg.max_bad_updates:
+                    raise NonFiniteError(
+                        f"{learner.bad_updates_in_a_row} updates in a row had a non-finite loss or gradient (skipped); "
+                        f"the last good state is checkpointed in {checkpoint.folder(logdir)}. Check the rewards and observations, or lower --learning-rate"
+                    )
+                interval.add(metrics, staged.wait_s if k == 0 else 0.0, staged.stage_s if k == 0 else 0.0)
+            if ring is not None and ring.prioritized:
+                staging.report_priorities(staged.number, unroll_priorities(learner.abs_advantages, cfg.replay_priority_eta))
             runtime.weights.publish(agent, learner.steps)  # weights back to the actors
-            done = finished_episodes(staged.data, learner.frames, cfg.level_names, time.time())
+            done = finished_episodes(staged.data, learner.frames, cfg.level_names, time.time(), staged.fresh)
             logger.episodes(done)
             stats.add(done)
-            interval.add(metrics, staged.wait_s, staged.stage_s)
             now = time.monotonic()
             if now - last_log >= cfg.log_interval:
                 runtime.check_health()  # staging only checks while it waits; a dead actor must not go unnoticed

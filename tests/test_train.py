@@ -88,6 +88,11 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         (["--learning-rate", "nan"], "--learning-rate"),
         (["--logdir", "/etc/passwd/run"], "cannot write to logdir"),
         (["--env", "tests.flaky_env:make_wrong_dtype"], "returned an observation of dtype float64 from step()"),
+        (["--replay-fraction", "1"], "--replay-fraction is 1.0: it must lie in [0, 1)"),
+        (["--replay-fraction", "0.3"], "--replay-fraction 0.3 leaves 11 fresh unrolls per batch of 16"),
+        (["--replay-fraction", "0.5", "--replay-capacity", "10"], "--replay-capacity 10 is smaller than a batch"),
+        (["--replay-fraction", "0.5", "--replay-max-gb", "0.0001"], "over --replay-max-gb 0.0001: lower --replay-capacity to"),
+        (["--replay-sampling", "best"], "--replay-sampling"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, expected):
