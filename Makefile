@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
+.PHONY: setup train test lint bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# ruff (lint rules and formatting) and mypy, as configured in pyproject.toml; .ci/run runs it before the tests.
+lint: $(STAMP)
+	$(BIN)/ruff check pronghorn tests benchmarks
+	$(BIN)/ruff format --check pronghorn tests benchmarks
+	$(BIN)/mypy
 
 bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py

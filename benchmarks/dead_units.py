@@ -55,10 +55,22 @@ def collect(cfg: Config, num_actions: int, batches: int) -> list[Unroll]:
         last_action[1:] = act[:-1]
         # Every field at zero from the slot layout, then the ones this probe fills: behaviour logits 0 is
         # the uniform policy that chose the actions, core state and levels are unused without LSTM/PopArt.
-        zeros = Unroll(*(torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
-                         for shape, dtype in unroll_spec(T, B, obs.shape[2:], obs.dtype, num_actions, 0)))
-        result.append(zeros._replace(obs=torch.from_numpy(obs), reward=torch.from_numpy(rew), terminated=torch.from_numpy(term),
-                                     truncated=torch.from_numpy(trunc), last_action=torch.from_numpy(last_action), action=torch.from_numpy(act)))
+        zeros = Unroll(
+            *(
+                torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+                for shape, dtype in unroll_spec(T, B, obs.shape[2:], obs.dtype, num_actions, 0)
+            )
+        )
+        result.append(
+            zeros._replace(
+                obs=torch.from_numpy(obs),
+                reward=torch.from_numpy(rew),
+                terminated=torch.from_numpy(term),
+                truncated=torch.from_numpy(trunc),
+                last_action=torch.from_numpy(last_action),
+                action=torch.from_numpy(act),
+            )
+        )
     env.close()
     return result
 
@@ -98,8 +110,19 @@ def main() -> None:
         metrics = learner.step(data[update % len(data)])
         if update % args.every == 0:
             dead = {k.split("/", 1)[1]: round(v, 3) for k, v in metrics.items() if k.startswith("dead/")}
-            print(json.dumps({"update": update, **changed, "dead": dead, "entropy": round(metrics["entropy"], 3),
-                              "grad_norm": round(metrics["grad_norm"], 1), "value_mean": round(metrics["value_mean"], 3)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "update": update,
+                        **changed,
+                        "dead": dead,
+                        "entropy": round(metrics["entropy"], 3),
+                        "grad_norm": round(metrics["grad_norm"], 1),
+                        "value_mean": round(metrics["value_mean"], 3),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,17 +31,18 @@ class Entry(NamedTuple):
     frames: str
     args: tuple[str, ...]
     reference: str  # the published figure beside which the result is read, with its source
-    target: Optional[float] = None  # the return this suite expects of pronghorn's defaults
+    target: float | None = None  # the return this suite expects of pronghorn's defaults
 
 
 MINATAR_NOTE = "Young & Tian 2019 publish curves only (no table); read their figure at 5M frames"
 SUITE = [
     Entry("cartpole", "CartPole-v1", "500k", (), "solved at 475 (Gymnasium's threshold)", 475.0),
-    Entry("pong", "ALE/Pong-v5", "10M", ("--env-backend", "envpool"),
-          "TorchBeast (deep net, no sticky actions): about +18 at 8-13M frames", 18.0),
+    Entry("pong", "ALE/Pong-v5", "10M", ("--env-backend", "envpool"), "TorchBeast (deep net, no sticky actions): about +18 at 8-13M frames", 18.0),
     Entry("breakout", "ALE/Breakout-v5", "10M", ("--env-backend", "envpool"), "no published IMPALA figure at 10M frames"),
-    *[Entry(f"minatar-{game.lower()}", f"MinAtar/{game}-v0", "5M", (), MINATAR_NOTE)  # -v0: all 6 actions, as in the paper
-      for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")],
+    *[
+        Entry(f"minatar-{game.lower()}", f"MinAtar/{game}-v0", "5M", (), MINATAR_NOTE)  # -v0: all 6 actions, as in the paper
+        for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+    ],
 ]
 QUICK = ("cartpole", "minatar-breakout")
 
@@ -55,8 +56,24 @@ def finished(path: str) -> bool:
 
 
 def command(entry: Entry, seed: int) -> list[str]:
-    return [sys.executable, "-m", "pronghorn.cli", "train", "--env", entry.env, "--total-frames", entry.frames, "--seed", str(seed),
-            "--logdir", logdir(entry, seed), "--no-progress", "--log-interval", "30", *entry.args]
+    return [
+        sys.executable,
+        "-m",
+        "pronghorn.cli",
+        "train",
+        "--env",
+        entry.env,
+        "--total-frames",
+        entry.frames,
+        "--seed",
+        str(seed),
+        "--logdir",
+        logdir(entry, seed),
+        "--no-progress",
+        "--log-interval",
+        "30",
+        *entry.args,
+    ]
 
 
 def last_100(path: str) -> tuple[float, int]:
@@ -91,12 +108,16 @@ def run_all(jobs: list[tuple[Entry, int]], parallel: int) -> None:
                 raise SystemExit(f"learn: {entry.name} seed {seed} failed (exit {proc.returncode}); see {logdir(entry, seed)}.log")
             open(os.path.join(logdir(entry, seed), "done"), "w").close()
             mean, frames = last_100(logdir(entry, seed))
-            print(f"learn: {entry.name} seed {seed}: mean return of the last 100 games {mean:.2f} at {frames:,} frames, {time.time() - start:.0f} s", flush=True)
+            print(
+                f"learn: {entry.name} seed {seed}: mean return of the last 100 games {mean:.2f} at {frames:,} frames, {time.time() - start:.0f} s", flush=True
+            )
 
 
 def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
-    lines = ["| entry | env | frames | " + " | ".join(f"seed {s}" for s in seeds) + " | target | published |",
-             "|---|---|---|" + "---|" * len(seeds) + "---|---|"]
+    lines = [
+        "| entry | env | frames | " + " | ".join(f"seed {s}" for s in seeds) + " | target | published |",
+        "|---|---|---|" + "---|" * len(seeds) + "---|---|",
+    ]
     figures = []
     for entry in entries:
         cells = []

@@ -26,7 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = os.path.join(ROOT, "runs", "replay")
@@ -37,7 +37,7 @@ class Entry(NamedTuple):
     env: str
     batch: int  # the defaults' batch size for this env
     frames: str
-    target: Optional[float]  # frames to reach it are compared; None: area under the curve
+    target: float | None  # frames to reach it are compared; None: area under the curve
     args: tuple[str, ...] = ()
 
 
@@ -65,10 +65,27 @@ def run_dir(name: str, seed: int, arm: str) -> str:
 
 
 def train(env: str, frames: str, logdir: str, args: tuple[str, ...], seed: int = 0) -> None:
-    cmd = [sys.executable, "-m", "pronghorn.cli", "train", "--env", env, "--total-frames", frames, "--seed", str(seed),
-           "--logdir", logdir, "--no-progress", "--log-interval", "2", "--restart", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pronghorn.cli",
+        "train",
+        "--env",
+        env,
+        "--total-frames",
+        frames,
+        "--seed",
+        str(seed),
+        "--logdir",
+        logdir,
+        "--no-progress",
+        "--log-interval",
+        "2",
+        "--restart",
+        *args,
+    ]
     print("$", " ".join(cmd[2:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"training failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     with open(os.path.join(logdir, "done"), "w") as f:
@@ -91,21 +108,28 @@ def speed(entries: list[str]) -> None:
             steady = rows(os.path.join(logdir, "metrics.csv"))[1:]  # the first interval holds start-up
             if not steady:
                 sys.exit(f"{logdir}: too few metrics rows; raise the frames")
-            weight = [float(r["learner_steps_per_s"]) for r in steady]
-
-            def mean(key: str) -> float:
-                return sum(float(r[key]) * w for r, w in zip(steady, weight)) / sum(weight)  # per update, not per row
-
-            figures[fraction] = (1000 * mean("learner_wait_s"), 1000 * mean("stage_s"),
-                                 statistics.fmean(float(r["learner_steps_per_s"]) for r in steady), statistics.fmean(float(r["fps"]) for r in steady))
+            figures[fraction] = (
+                1000 * _per_update(steady, "learner_wait_s"),
+                1000 * _per_update(steady, "stage_s"),
+                statistics.fmean(float(r["learner_steps_per_s"]) for r in steady),
+                statistics.fmean(float(r["fps"]) for r in steady),
+            )
             wait, stage, ups, fps = figures[fraction]
             print(f"{name:9s}{fraction:>8s}  {wait:22.2f}  {stage:14.2f}  {ups:9.1f}  {fps:9,.0f}", flush=True)
         (w0, s0, u0, f0), (w1, s1, u1, f1) = figures["0"], figures["0.5"]
-        print(f"{name:9s}   ratio  {w1 / max(w0, 1e-9):22.2f}  {s1 / max(s0, 1e-9):14.2f}  {u1 / u0:9.2f}  {f1 / f0:9.2f}"
-              f"   (targets: wait <= 1.10, updates/s >= 0.95)")
+        print(
+            f"{name:9s}   ratio  {w1 / max(w0, 1e-9):22.2f}  {s1 / max(s0, 1e-9):14.2f}  {u1 / u0:9.2f}  {f1 / f0:9.2f}"
+            f"   (targets: wait <= 1.10, updates/s >= 0.95)"
+        )
 
 
-def frames_to_target(episodes: list[dict], target: float) -> Optional[int]:
+def _per_update(steady: list[dict], key: str) -> float:
+    """A metrics.csv column averaged per update, not per row (rows cover equal times, not equal updates)."""
+    weight = [float(r["learner_steps_per_s"]) for r in steady]
+    return sum(float(r[key]) * w for r, w in zip(steady, weight)) / sum(weight)
+
+
+def frames_to_target(episodes: list[dict], target: float) -> int | None:
     window: list[float] = []
     for row in episodes:
         window.append(float(row["episode_return"]))
@@ -141,15 +165,21 @@ def efficiency(names: list[str], seeds: int) -> None:
 def report() -> None:
     from pronghorn.config import parse_count
 
-    lines = ["# Replay: sample efficiency", "",
-             "Written by `benchmarks/replay.py` from the runs under runs/replay/. Every arm takes the same fresh unrolls per update; "
-             "`fraction 0.5` doubles the batch with replayed unrolls; `control` trains twice on each all-fresh batch (as many gradient samples per fresh frame, no replay).", ""]
+    lines = [
+        "# Replay: sample efficiency",
+        "",
+        "Written by `benchmarks/replay.py` from the runs under runs/replay/. Every arm takes the same fresh unrolls per update; "
+        "`fraction 0.5` doubles the batch with replayed unrolls; `control` trains twice on each all-fresh batch (as many gradient samples per fresh frame, no replay).",
+        "",
+    ]
     for name, entry in ENTRIES.items():
         seeds_run = sorted(int(d[4:]) for d in _ls(os.path.join(RUNS, name)) if d.startswith("seed"))
         found = {arm: [run_dir(name, k, arm) for k in seeds_run if os.path.exists(os.path.join(run_dir(name, k, arm), "done"))] for arm in arms(entry)}
         if not any(found.values()):
             continue
-        measure = f"frames to a mean of {entry.target:g} over 100 games" if entry.target is not None else f"area under the return curve over {entry.frames} frames"
+        measure = (
+            f"frames to a mean of {entry.target:g} over 100 games" if entry.target is not None else f"area under the return curve over {entry.frames} frames"
+        )
         lines += [f"## {entry.env} ({measure})", "", "| arm | seeds | median | mean | each seed |", "|---|---|---|---|---|"]
         for arm, seeds in found.items():
             values = []
@@ -160,8 +190,11 @@ def report() -> None:
                 else:
                     values.append(area_under_curve(episodes, parse_count(entry.frames)))
             reached = [v for v in values if v is not None]
-            med = f"{statistics.median(reached):,.0f}" if entry.target is not None and len(reached) == len(values) and reached else (
-                f"{statistics.median(reached):.2f}" if reached and entry.target is None else "not all reached")
+            med = (
+                f"{statistics.median(reached):,.0f}"
+                if entry.target is not None and len(reached) == len(values) and reached
+                else (f"{statistics.median(reached):.2f}" if reached and entry.target is None else "not all reached")
+            )
             mean = f"{statistics.fmean(reached):,.0f}" if entry.target is not None and reached else (f"{statistics.fmean(reached):.2f}" if reached else "-")
             each = ", ".join("not reached" if v is None else (f"{v:,}" if entry.target is not None else f"{v:.2f}") for v in values)
             lines.append(f"| {arm} | {len(values)} | {med} | {mean} | {each} |")

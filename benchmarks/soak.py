@@ -57,13 +57,34 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="pronghorn-soak-")
     logdir = os.path.join(folder, "run")  # the run's own folder; the stderr log lies beside it
     T, E = 20, 8
-    cmd = [sys.executable, "-m", "pronghorn.cli", "train", "--env", "tests.flaky_env:FlakyCartPole1000-v0", "--logdir", logdir,
-           "--no-progress", "--total-frames", "100G", "--stop-at-return", "1e12", "--log-interval", "10",
-           "--num-actors", str(args.num_actors), "--unroll-length", str(T), "--envs-per-actor", str(E), "--max-actor-restarts", "1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pronghorn.cli",
+        "train",
+        "--env",
+        "tests.flaky_env:FlakyCartPole1000-v0",
+        "--logdir",
+        logdir,
+        "--no-progress",
+        "--total-frames",
+        "100G",
+        "--stop-at-return",
+        "1e12",
+        "--log-interval",
+        "10",
+        "--num-actors",
+        str(args.num_actors),
+        "--unroll-length",
+        str(T),
+        "--envs-per-actor",
+        str(E),
+        "--max-actor-restarts",
+        "1000",
+    ]
     err_path = os.path.join(folder, "stderr.log")
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PYTHONPATH": ROOT},
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True)
     learner = psutil.Process(proc.pid)
     start = time.monotonic()
     end = start + args.minutes * 60
@@ -101,8 +122,10 @@ def main() -> None:
     with open(err_path) as f:
         log = f.read()
     reclaimed = sum(len(re.findall(r"\d+", m)) for m in re.findall(r"reclaimed slots \[([^\]]*)\]", log))
-    print(f"exit code {proc.returncode}; frames trained {int(float(last['frames'])):,}; kills sent {kills}; "
-          f"actor restarts {last['actor_restarts']}; env failures {last['env_failures']}; skipped updates {last['skipped_updates']}")
+    print(
+        f"exit code {proc.returncode}; frames trained {int(float(last['frames'])):,}; kills sent {kills}; "
+        f"actor restarts {last['actor_restarts']}; env failures {last['env_failures']}; skipped updates {last['skipped_updates']}"
+    )
     print(f"frames lost (partial unrolls of killed actors, upper bound): {reclaimed} slots x {T} x {E} = {reclaimed * T * E:,}")
     print("RSS MiB after warm-up -> end:")
     for name in final:

@@ -14,9 +14,9 @@ Each component is timed on one thread, as the actors and (on 2 cores) the learne
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import contextlib
 import csv
+import dataclasses
 import io
 import os
 import sys
@@ -28,12 +28,12 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pronghorn import Config, train  # noqa: E402
-from pronghorn.envs import make_batched, probe  # noqa: E402
-from pronghorn.learner import Learner  # noqa: E402
-from pronghorn.models import build_agent  # noqa: E402
-from pronghorn.records import Unroll, unroll_spec  # noqa: E402
-from pronghorn.runtime.tuning import tune_malloc  # noqa: E402
+from pronghorn import Config, train
+from pronghorn.envs import make_batched, probe
+from pronghorn.learner import Learner
+from pronghorn.models import build_agent
+from pronghorn.records import Unroll, unroll_spec
+from pronghorn.runtime.tuning import tune_malloc
 
 SETTINGS = {
     "cartpole": dict(env="CartPole-v1"),  # the defaults: 8 envs per actor (chosen for learning speed)
@@ -86,8 +86,9 @@ def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
         return t
 
     batch = Unroll(*(make(shape, dtype) for shape, dtype in layout))
-    batch = batch._replace(action=batch.action.random_(0, spec.num_actions, generator=g), last_action=batch.last_action.zero_(),
-                           policy_version=batch.policy_version.zero_())
+    batch = batch._replace(
+        action=batch.action.random_(0, spec.num_actions, generator=g), last_action=batch.last_action.zero_(), policy_version=batch.policy_version.zero_()
+    )
     learner = Learner(cfg, agent, fps)
     learn_cost = cpu_time_per(lambda: learner.step(batch), T * B * fps, seconds, warmup=2)
     return {"env": env_cost, "inference": infer_cost, "learner": learn_cost}
@@ -99,7 +100,7 @@ def end_to_end(cfg: Config, frames: int) -> float:
         with open(os.path.join(logdir, "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
     # Steady state: skip the first rows (process start-up, first weights), then frames over time.
-    rows = rows[max(1, len(rows) // 4):]
+    rows = rows[max(1, len(rows) // 4) :]
     if len(rows) < 2:
         return result.frames / result.wall_time
     return (float(rows[-1]["frames"]) - float(rows[0]["frames"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))

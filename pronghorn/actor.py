@@ -8,12 +8,13 @@ queues and shared memory (or anything else).
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from pronghorn.config import Config
+from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec, make_batched
 from pronghorn.losses import clip_rewards
 from pronghorn.models import build_agent
@@ -23,7 +24,7 @@ log = logging.getLogger("pronghorn.actor")
 
 
 class SlotSource(Protocol):
-    def get(self) -> Optional[int]:
+    def get(self) -> int | None:
         """A free slot index, or None when training is stopping."""
 
 
@@ -74,7 +75,7 @@ class _Step:
         self.core_before = core_before  # [2, E, H]: core state before obs[t] was processed
 
 
-def _write_row(buf: Unroll, t: int, step: _Step, truncation_value: np.ndarray) -> None:
+def _write_row(buf: Any, t: int, step: _Step, truncation_value: np.ndarray) -> None:
     """Write row t of a slot. `buf` holds numpy views of the slot: numpy assignment is cheaper per call."""
     env = step.env_out
     buf.obs[t] = env.obs
@@ -122,8 +123,8 @@ def run_actor(
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     agent.eval()
     version = weights.load_into(agent, cfg.timeout)
-    E, T = cfg.envs_per_actor, cfg.unroll_length
-    views = [Unroll(*(t.numpy() for t in slot)) for slot in slots]  # same memory, numpy access
+    E, T = cfg.envs_per_actor, resolved(cfg.unroll_length, "unroll_length")
+    views: list[Any] = [Unroll._make(t.numpy() for t in slot) for slot in slots]  # the slots' memory seen through numpy: Unrolls of arrays
     levels_row = np.asarray(levels, np.int64)
     level_t = torch.from_numpy(levels_row)  # [E]: selects each env's PopArt statistics in the agent
 

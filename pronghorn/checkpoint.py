@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Optional
 
 import torch
 
@@ -102,7 +101,7 @@ def load(path: str) -> dict:
     """Load one checkpoint; raises ValueError if it is not a complete pronghorn checkpoint."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - truncated zip, unpickling error, ...: all mean 'unusable'
+    except Exception as exc:
         raise ValueError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED):
         raise ValueError(f"{path} is not a pronghorn checkpoint (missing {[k for k in REQUIRED if k not in state]})")
@@ -111,7 +110,7 @@ def load(path: str) -> dict:
     return state
 
 
-def load_latest(logdir: str) -> tuple[Optional[str], Optional[dict]]:
+def load_latest(logdir: str) -> tuple[str | None, dict | None]:
     """The newest usable checkpoint in `logdir`, skipping (with a warning) any that cannot be read."""
     for path in candidates(logdir):
         try:

@@ -5,6 +5,7 @@ Bad input exits with code 2 and one line naming the problem and the fix, never a
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import logging
@@ -12,7 +13,8 @@ import math
 import re
 import signal
 import sys
-from typing import NoReturn, Optional, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 USAGE = "usage: pronghorn {train,evaluate,plot,status} [--help] ..."
 _BOX = re.compile(r"[\u2500-\u257f]")  # box-drawing characters tyro frames its messages with
@@ -113,12 +115,15 @@ def cmd_plot(argv: Sequence[str]) -> int:
     return 0
 
 
-def _argparser(prog: str, description: str):
-    import argparse
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line and exit 2, like every other input error."""
 
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.error = lambda message: fail(f"{message} (see `{prog} --help`)")  # one line, exit 2
-    return parser
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see `{self.prog} --help`)")
+
+
+def _argparser(prog: str, description: str) -> argparse.ArgumentParser:
+    return _OneLineParser(prog=prog, description=description)
 
 
 def cmd_evaluate(argv: Sequence[str]) -> int:
@@ -159,7 +164,7 @@ def cmd_status(argv: Sequence[str]) -> int:
 COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "plot": cmd_plot, "status": cmd_status}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     import faulthandler
 

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, TypeVar
 
 import tyro
 
@@ -33,7 +33,17 @@ def parse_count(text: str) -> int:
     return int(value)
 
 
-def frame_count_flag(flag: str):
+_T = TypeVar("_T")
+
+
+def resolved(value: _T | None, name: str) -> _T:
+    """A field that Config.for_observations fills in (None until then): its value, or a clear error."""
+    if value is None:
+        raise ValueError(f"Config.{name} is unresolved: call Config.for_observations first")
+    return value
+
+
+def frame_count_flag(flag: str) -> Any:
     """An int field read from the command line as a frame count (500k, 10M); a bad value names `flag`."""
 
     def parse(text: str) -> int:
@@ -57,9 +67,25 @@ def frame_count_flag(flag: str):
 # Flags a resumed run may change: budgets, logging, where the learner runs. Everything else shapes the
 # agent, the data or the objective, and must match the checkpoint.
 RESUMABLE_CHANGES = frozenset(
-    {"total_frames", "logdir", "log_interval", "checkpoint_secs", "keep_checkpoints", "progress", "timeout", "device",
-     "learner_threads", "stop_at_return", "restart", "num_buffers", "max_bad_updates", "max_env_failures", "max_actor_restarts",
-     "checkpoint_replay", "replay_max_gb"}
+    {
+        "total_frames",
+        "logdir",
+        "log_interval",
+        "checkpoint_secs",
+        "keep_checkpoints",
+        "progress",
+        "timeout",
+        "device",
+        "learner_threads",
+        "stop_at_return",
+        "restart",
+        "num_buffers",
+        "max_bad_updates",
+        "max_env_failures",
+        "max_actor_restarts",
+        "checkpoint_replay",
+        "replay_max_gb",
+    }
 )
 
 
@@ -80,7 +106,7 @@ class Config:
     # --- environment ---------------------------------------------------------------------------
     env: str = "CartPole-v1"
     """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5, MinAtar/Breakout-v0). Every actor plays this level unless --levels is given."""
-    levels: Optional[str] = None
+    levels: str | None = None
     """Train one agent on many levels: comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: atari57, atari5, minatar. Replaces --env. Actor i plays levels[i % L]; with fewer actors than levels, each actor's environments take turns over the levels."""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
     """How environments are stepped: `gymnasium` (any id; Atari through ale-py) or `envpool` (Atari only)."""
@@ -110,19 +136,19 @@ class Config:
     """Actor processes."""
     envs_per_actor: int = 8
     """Environments each actor steps together as one batch."""
-    unroll_length: Optional[int] = None
+    unroll_length: int | None = None
     """T: environment steps per unroll (each unroll carries T+1 observations); default 20 (IMPALA), but 5 for the image CNNs (shallow, nature, deep; see --batch-size)."""
-    batch_size: Optional[int] = None
+    batch_size: int | None = None
     """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 16 (32, IMPALA's, for small grids such as MinAtar). For the image CNNs, 16 unrolls of T=5 (80 steps, as in A2C) give ~31K updates per 10M frames, which the shallow CNN needed to learn Pong; with IMPALA's 32 x 20 (3.9K updates) Pong stayed at -20 after 10M frames."""
-    num_buffers: Optional[int] = None
+    num_buffers: int | None = None
     """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus two per actor."""
 
     # --- learner -------------------------------------------------------------------------------
     total_frames: frame_count_flag("--total-frames") = 500_000  # type: ignore[valid-type]  # an Annotated type built per flag
     """Environment frames to train for (accepts 500k, 10M)."""
-    learning_rate: Optional[float] = None
+    learning_rate: float | None = None
     """Learning rate (see --lr-decay-frames for its schedule); default 7e-4 (A2C's Atari value) for the image CNNs, 6e-4 (IMPALA's) for small grids, 3e-3 for vector observations (the small MLP needs larger steps to learn within 500k frames)."""
-    lr_decay_frames: Optional[frame_count_flag("--lr-decay-frames")] = None  # type: ignore[valid-type]  # as above
+    lr_decay_frames: frame_count_flag("--lr-decay-frames") | None = None  # type: ignore[valid-type]  # as above
     """Anneal the learning rate linearly to 0 over this many frames (and keep it at 0 after); 0 keeps it constant. Default: 500k for vector observations (CartPole's tuned schedule), constant for images and grids. It never follows --total-frames, so a 10M-frame run learns as the first 10M frames of a longer one."""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """`rmsprop` (IMPALA's) or `adam`."""
@@ -130,7 +156,7 @@ class Config:
     """Adam epsilon (with --optimizer adam)."""
     rmsprop_alpha: float = 0.99
     """RMSProp decay."""
-    rmsprop_eps: Optional[float] = None
+    rmsprop_eps: float | None = None
     """RMSProp epsilon, added outside the square root as PyTorch does (TF1, the paper's framework, adds it inside); default 0.01 (IMPALA), but 1e-5 (A2C) for the image CNNs."""
     rmsprop_momentum: float = 0.0
     """RMSProp momentum."""
@@ -172,7 +198,7 @@ class Config:
     """Prioritized replay: priority = eta * max + (1 - eta) * mean of the unroll's absolute V-trace advantages (0: the mean; R2D2 used 0.9)."""
     replay_is_exponent: float = 0.6
     """Prioritized replay: importance weight (N * P(i)) ** -this, divided by the batch's largest; 0 turns the correction off."""
-    replay_kl_limit: Optional[float] = None
+    replay_kl_limit: float | None = None
     """Trust region: a replayed unroll whose behaviour policy is further than this KL (mean over its steps) from the current policy gets no policy gradient; the masked share is logged as replay_masked_fraction."""
     replay_max_gb: float = 16.0
     """Refuse a replay ring larger than this many GiB (a ring that would not fit in available memory is refused too)."""
@@ -184,9 +210,9 @@ class Config:
     """Lock-step mode: every update takes the same number of unrolls from each actor, in actor order, made with the weights of exactly one update before; with deterministic torch settings two runs with the same seed give identical episodes and weights (slower)."""
     seed: int = 0
     """Seed: actor i uses seed+i, its environment j seed + i*envs_per_actor + j."""
-    logdir: Optional[str] = None
+    logdir: str | None = None
     """Where logs, config and checkpoints go; default runs/<env>-<timestamp>."""
-    stop_at_return: Optional[float] = None
+    stop_at_return: float | None = None
     """Stop early once the mean return of the last 100 episodes reaches this; default: the env's reward threshold (CartPole-v1: 475), none for Atari."""
     log_interval: float = 5.0
     """Seconds between console lines and metrics.csv rows."""
@@ -225,7 +251,10 @@ class Config:
                 f"{self.batch_slots} slots and each of the {self.num_actors} actors fills one more, so the actors could never fill a batch; "
                 f"use at least {self.batch_slots + self.num_actors} or leave it unset",
             )
-        need(self.lr_decay_frames is None or self.lr_decay_frames >= 0, f"--lr-decay-frames is {self.lr_decay_frames}: give a frame count, or 0 for a constant rate")
+        need(
+            self.lr_decay_frames is None or self.lr_decay_frames >= 0,
+            f"--lr-decay-frames is {self.lr_decay_frames}: give a frame count, or 0 for a constant rate",
+        )
         need(self.learning_rate is None or self.learning_rate > 0, f"--learning-rate is {self.learning_rate}: it must be positive")
         need(0 <= self.discount <= 1, f"--discount is {self.discount}: it must lie in [0, 1]")
         need(0 < self.rmsprop_alpha < 1, f"--rmsprop-alpha is {self.rmsprop_alpha}: it must lie in (0, 1)")
@@ -247,7 +276,10 @@ class Config:
         need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
         for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
             value = getattr(self, name)
-            need(value is None or value == value and value not in (float("inf"), float("-inf")), f"--{name.replace('_', '-')} is {value}: it must be a finite number")
+            need(
+                value is None or (value == value and value not in (float("inf"), float("-inf"))),
+                f"--{name.replace('_', '-')} is {value}: it must be a finite number",
+            )
         if self.deterministic and self.batch_size is not None and self.batch_slots % self.num_actors:
             raise ConfigError(
                 f"--deterministic takes the same number of unrolls from each actor, but a batch of {self.batch_size} is "
@@ -292,7 +324,10 @@ class Config:
         if not self.replay_fraction or self.batch_size is None:
             return
         replayed = self.replay_columns
-        need(replayed >= 1, f"--replay-fraction {self.replay_fraction} of a batch of {self.batch_size} replays no unroll: raise it to at least {0.5 / self.batch_size:.3g} or use 0")
+        need(
+            replayed >= 1,
+            f"--replay-fraction {self.replay_fraction} of a batch of {self.batch_size} replays no unroll: raise it to at least {0.5 / self.batch_size:.3g} or use 0",
+        )
         fresh = self.batch_size - replayed
         if fresh % self.envs_per_actor:
             whole = [k * self.envs_per_actor for k in range(1, self.batch_slots)]
@@ -316,7 +351,8 @@ class Config:
     def _check_levels(self) -> None:
         from pronghorn import suites
 
-        name = self.levels.strip().lower()
+        levels = resolved(self.levels, "levels")
+        name = levels.strip().lower()
         if name in suites.UNAVAILABLE:
             raise ConfigError(f"--levels {self.levels}: {suites.UNAVAILABLE[name]}")
         names = self.level_names
@@ -332,7 +368,7 @@ class Config:
                 f"could not play them all: raise --num-actors or --envs-per-actor so their product is at least {len(names)}"
             )
 
-    def for_observations(self, obs_shape: tuple[int, ...]) -> "Config":
+    def for_observations(self, obs_shape: tuple[int, ...]) -> Config:
         """This config with the defaults that depend on the observations filled in (and validated again).
 
         Three kinds, by the torso that reads them (`resolve_torso`):
@@ -342,6 +378,7 @@ class Config:
                                      RMSProp settings, constant rate: IMPALA's 32 x 20 left Pong at -20 after 10M frames
         """
         torso = resolve_torso(self.model, obs_shape)
+        defaults: dict[str, Any]
         if torso == "mlp":
             defaults = dict(batch_size=16, unroll_length=20, learning_rate=3e-3, rmsprop_eps=0.01, lr_decay_frames=500_000)
         elif torso == "small":
@@ -353,7 +390,7 @@ class Config:
             defaults["batch_size"] = self.envs_per_actor * max(1, round(defaults["batch_size"] / self.envs_per_actor))
         return dataclasses.replace(self, **{name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items()})
 
-    def resume_conflicts(self, saved: dict) -> list[str]:
+    def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Flags that differ from the run being resumed and would change its agent, data or objective."""
         conflicts = []
         for field in dataclasses.fields(self):
@@ -387,21 +424,17 @@ class Config:
     @property
     def batch_slots(self) -> int:
         """Shared-memory slots (actor unrolls) per learner batch."""
-        if self.batch_size is None:
-            raise ValueError("batch_size is unresolved: call Config.for_observations first")
-        return self.batch_size // self.envs_per_actor
+        return resolved(self.batch_size, "batch_size") // self.envs_per_actor
 
     @property
     def replay_columns(self) -> int:
         """Replayed unrolls per batch, once the ring holds a batch (0 without replay)."""
-        if self.batch_size is None:
-            raise ValueError("batch_size is unresolved: call Config.for_observations first")
-        return round(self.batch_size * self.replay_fraction)
+        return round(resolved(self.batch_size, "batch_size") * self.replay_fraction)
 
     @property
     def fresh_slots(self) -> int:
         """Actor unrolls (slots) per batch once replay is running; every batch before that is all fresh."""
-        return (self.batch_size - self.replay_columns) // self.envs_per_actor
+        return (resolved(self.batch_size, "batch_size") - self.replay_columns) // self.envs_per_actor
 
     @property
     def buffer_slots(self) -> int:

@@ -19,11 +19,7 @@ class DeadUnits:
     def __init__(self, torso: nn.Module):
         self._latest: dict[str, float] = {}
         self._armed = False
-        self._handles = [
-            module.register_forward_hook(self._hook(name))
-            for name, module in torso.named_modules()
-            if isinstance(module, (nn.Linear, nn.Conv2d))
-        ]
+        self._handles = [module.register_forward_hook(self._hook(name)) for name, module in torso.named_modules() if isinstance(module, (nn.Linear, nn.Conv2d))]
 
     def _hook(self, name: str):
         label = "dead/" + name.replace(".", "_")

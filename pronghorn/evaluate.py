@@ -6,11 +6,14 @@ because only they can render the frames for a video.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-from typing import Optional
+from collections.abc import Sequence
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -25,7 +28,7 @@ from pronghorn.models import build_agent
 _MAX_PARALLEL = 8
 
 
-def load_run(logdir: str, path: Optional[str]) -> tuple[Config, str, dict]:
+def load_run(logdir: str, path: str | None) -> tuple[Config, str, dict[str, Any]]:
     """The run's config and a checkpoint (the newest good one unless `path` names one)."""
     try:
         with open(os.path.join(logdir, "config.json")) as f:
@@ -37,20 +40,23 @@ def load_run(logdir: str, path: Optional[str]) -> tuple[Config, str, dict]:
             return cfg, path, checkpoint.load(path)
         except ValueError as exc:
             raise ConfigError(f"{exc}: pass another --checkpoint") from None
-    path, state = checkpoint.load_latest(logdir)
-    if state is None:
+    latest, state = checkpoint.load_latest(logdir)
+    if state is None or latest is None:
         raise ConfigError(f"{logdir!r} holds no usable checkpoint: train first, or pass --checkpoint")
-    return cfg, path, state
+    return cfg, latest, state
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def _make_env(level: str, seed: int, cfg: Config, render_mode: str | None) -> gym.Env:
+    return make_single(level, seed, cfg, render_mode=render_mode)
+
+
+def _summary(values: Sequence[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=np.float64)
     return {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()), "max": float(a.max())}
 
 
 @torch.no_grad()
-def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int = 30, greedy: bool = False,
-             video: Optional[str] = None, seed: int = 10_000) -> dict:
+def evaluate(logdir: str, checkpoint_path: str | None = None, episodes: int = 30, greedy: bool = False, video: str | None = None, seed: int = 10_000) -> dict:
     """Run `episodes` whole games per level; returns the JSON-ready summary."""
     # Rendering to arrays needs no display or sound; keep SDL (classic control) from probing for them.
     for key, value in (("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy"), ("PYGAME_HIDE_SUPPORT_PROMPT", "1")):
@@ -59,20 +65,25 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
         raise ConfigError(f"--episodes is {episodes}: it must be at least 1")
     cfg, path, state = load_run(logdir, checkpoint_path)
     torch.manual_seed(seed)
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for index, level in enumerate(cfg.level_names):
         spec = probe(level, cfg)
         agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
         agent.load_state_dict(state["learner"]["agent"])
         agent.eval()
         n = min(episodes, _MAX_PARALLEL)
-        render = video is not None and level == cfg.level_names[0]
-        env = GymBatch(level, lambda lv, s: make_single(lv, s, cfg, render_mode="rgb_array" if render else None),
-                       [seed + j for j in range(n)], spec.frames_per_step, cfg.episodic_life)
+        render_mode = "rgb_array" if video is not None and level == cfg.level_names[0] else None
+        env = GymBatch(
+            level,
+            functools.partial(_make_env, cfg=cfg, render_mode=render_mode),
+            [seed + j for j in range(n)],
+            spec.frames_per_step,
+            cfg.episodic_life,
+        )
         quota = [math.ceil(episodes / n)] * n  # every env plays its share: no bias toward short games
         returns: list[float] = []
         lengths: list[int] = []
-        writer = open_video(video, fps=15 if spec.frames_per_step == 4 else 50) if render else None
+        writer = open_video(video, fps=15 if spec.frames_per_step == 4 else 50) if render_mode and video else None
         try:
             out = env.reset()
             done = np.ones(n, dtype=bool)  # the first observation starts an episode
@@ -82,8 +93,9 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
             while len(returns) < episodes:
                 reward = clip_rewards(torch.from_numpy(out.reward), cfg.reward_clipping)
                 # The core state is carried across steps and reset (inside the agent) where done.
-                agent_out, core = agent(torch.from_numpy(out.obs)[None], last_action[None], reward[None],
-                                        torch.from_numpy(done)[None], core, greedy=greedy, level=level_t)
+                agent_out, core = agent(
+                    torch.from_numpy(out.obs)[None], last_action[None], reward[None], torch.from_numpy(done)[None], core, greedy=greedy, level=level_t
+                )
                 last_action = agent_out.action[0]
                 if writer is not None:
                     writer.append_data(env.render(0))
@@ -105,12 +117,12 @@ def evaluate(logdir: str, checkpoint_path: Optional[str] = None, episodes: int =
         hns = suites.human_normalized(level, results[level]["return"]["mean"])
         if hns is not None:
             results[level]["human_normalized"] = hns
-    summary = {"checkpoint": path, "frames": int(state["learner"]["frames"]), "greedy": greedy, "levels": results}
+    summary: dict[str, Any] = {"checkpoint": path, "frames": int(state["learner"]["frames"]), "greedy": greedy, "levels": results}
     if len(results) > 1:  # the suite figures training logs: mean over levels, and HNS when every level has one
         summary["suite"] = {"mean_return": sum(r["return"]["mean"] for r in results.values()) / len(results)}
-        hns = {lv: r["human_normalized"] for lv, r in results.items() if "human_normalized" in r}
-        if len(hns) == len(results):
-            summary["suite"].update(suites.suite_summary(hns))
+        per_level = {lv: float(r["human_normalized"]) for lv, r in results.items() if "human_normalized" in r}
+        if len(per_level) == len(results):
+            summary["suite"].update(suites.suite_summary(per_level))
     if video is not None:
         summary["video"] = video
     return summary

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
 from pronghorn import vtrace
-from pronghorn.config import Config
+from pronghorn.config import Config, resolved
 from pronghorn.diagnostics import DeadUnits
 from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, entropy_loss, policy_gradient_loss
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
-
 
 _DEAD_UNITS_EVERY = 10  # updates between two readings of the dead-unit fractions
 
@@ -27,11 +25,17 @@ class Learner:
         self.frames_per_step = frames_per_step
         # PyTorch's RMSprop adds eps outside the square root: g / (sqrt(v) + eps); TF1 (the paper) used
         # g / sqrt(v + eps). With eps = 0.01 the two differ only where v is tiny; we keep PyTorch's form.
+        self.base_lr = resolved(cfg.learning_rate, "learning_rate")
+        self.lr_decay_frames = resolved(cfg.lr_decay_frames, "lr_decay_frames")
         if cfg.optimizer == "adam":
-            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(agent.parameters(), lr=self.base_lr, eps=cfg.adam_eps)
         else:
             self.optimizer = torch.optim.RMSprop(
-                agent.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum
+                agent.parameters(),
+                lr=self.base_lr,
+                alpha=cfg.rmsprop_alpha,
+                eps=resolved(cfg.rmsprop_eps, "rmsprop_eps"),
+                momentum=cfg.rmsprop_momentum,
             )
         self.frames = 0
         self.steps = 0  # updates done; also the version of the weights published after each update
@@ -45,11 +49,11 @@ class Learner:
 
     def learning_rate(self) -> float:
         """Constant, or linear from --learning-rate to 0 over --lr-decay-frames (never tied to the budget)."""
-        if not self.cfg.lr_decay_frames:  # 0: constant
-            return self.cfg.learning_rate
-        return self.cfg.learning_rate * max(0.0, 1.0 - self.frames / self.cfg.lr_decay_frames)
+        if not self.lr_decay_frames:  # 0: constant
+            return self.base_lr
+        return self.base_lr * max(0.0, 1.0 - self.frames / self.lr_decay_frames)
 
-    def step(self, batch: Unroll, fresh: int = -1, weights: Optional[torch.Tensor] = None, count: bool = True) -> dict[str, float]:
+    def step(self, batch: Unroll, fresh: int = -1, weights: torch.Tensor | None = None, count: bool = True) -> dict[str, float]:
         """One update on a time-major batch [T+1, B, ...]; returns its metrics.
 
         fresh: columns [0, fresh) came from the actors, the rest from replay (-1: all fresh). Only fresh
@@ -150,9 +154,7 @@ class Learner:
                 metrics[f"popart_mu/{name}"], metrics[f"popart_sigma/{name}"] = mu, sigma
         return metrics
 
-    def _replay_terms(
-        self, batch: Unroll, logits: torch.Tensor, fresh: int, weights: Optional[torch.Tensor]
-    ) -> tuple[dict[str, float], Optional[torch.Tensor]]:
+    def _replay_terms(self, batch: Unroll, logits: torch.Tensor, fresh: int, weights: torch.Tensor | None) -> tuple[dict[str, float], torch.Tensor | None]:
         """Replay's metrics, and the policy-gradient weights [B] with the trust region applied.
 
         Same keys every step (metrics.csv fixes its columns on the first row): NaN where no column was replayed."""

@@ -14,7 +14,8 @@ import math
 import os
 import sys
 import time
-from typing import Iterable, NamedTuple, Optional, Protocol
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol, TextIO
 
 
 class Episode(NamedTuple):
@@ -36,11 +37,11 @@ class Sink(Protocol):
 class _CSV:
     """Append rows to a CSV file; the header is fixed by the first row and written once."""
 
-    def __init__(self, path: str, fields: Optional[list[str]] = None):
+    def __init__(self, path: str, fields: list[str] | None = None):
         self._path = path
         self._fields = fields
-        self._file = None
-        self._writer = None
+        self._file: TextIO | None = None
+        self._writer: csv.DictWriter[str] | None = None
 
     def write(self, row: dict) -> None:
         if self._writer is None:
@@ -55,6 +56,7 @@ class _CSV:
             self._writer = csv.DictWriter(self._file, fieldnames=self._fields, extrasaction="ignore")
             if is_new:
                 self._writer.writeheader()
+        assert self._file is not None
         self._writer.writerow(row)
         self._file.flush()  # a row on disk as soon as it is written: nothing lost on a crash
 

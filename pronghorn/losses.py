@@ -5,8 +5,6 @@ Shapes: logits [T, B, A], actions/advantages/targets/values [T, B].
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
@@ -29,7 +27,7 @@ def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages
     return -(log_probs.view_as(advantages) * advantages.detach()).sum()
 
 
-def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """0.5 * sum w (v_s - V(x_s))^2; the learner weighs it with --baseline-cost (0.5 in IMPALA).
 
     weights: optional per-column [B] (replay's importance weights), broadcast over time."""

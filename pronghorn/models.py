@@ -6,7 +6,6 @@ All inputs are time-major `[T, B, ...]`; the actor calls with T=1.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -56,9 +55,7 @@ class NatureTorso(_ConvFC):
 
     def __init__(self, obs_shape: tuple[int, ...]):
         c = obs_shape[0]
-        convs = nn.Sequential(
-            nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU()
-        )
+        convs = nn.Sequential(nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU())
         super().__init__(obs_shape, convs, 512)
 
 
@@ -120,7 +117,7 @@ def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
-def build_agent(cfg, obs_shape: tuple[int, ...], num_actions: int) -> "Agent":
+def build_agent(cfg, obs_shape: tuple[int, ...], num_actions: int) -> Agent:
     """The agent a Config describes (one PopArt value per level with --popart)."""
     agent = Agent(obs_shape, num_actions, cfg.model, cfg.lstm, cfg.hidden_size, popart_levels=len(cfg.level_names) if cfg.popart else 0)
     if cfg.init == "orthogonal":
@@ -128,21 +125,23 @@ def build_agent(cfg, obs_shape: tuple[int, ...], num_actions: int) -> "Agent":
     return agent
 
 
-def init_orthogonal(agent: "Agent") -> None:
+def init_orthogonal(agent: Agent) -> None:
     """Orthogonal weights, zero biases: gain sqrt(2) for the ReLU torso, 0.01 for the policy head (a near-uniform
     first policy whatever the features), 1 for the baseline. The LSTM keeps PyTorch's initialisation."""
-    heads = [(agent.policy, 0.01), (agent.baseline if agent.popart is None else agent.popart.linear, 1.0)]
+    baseline = agent.baseline if agent.popart is None else agent.popart.linear
+    assert baseline is not None
+    heads: list[tuple[nn.Linear | nn.Conv2d, float]] = [(agent.policy, 0.01), (baseline, 1.0)]
     layers = [(m, math.sqrt(2)) for m in agent.torso.modules() if isinstance(m, (nn.Linear, nn.Conv2d))] + heads
     for module, gain in layers:
         nn.init.orthogonal_(module.weight, gain)
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 class Agent(nn.Module):
     """Policy and baseline over a torso and an optional LSTM core."""
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: str = "auto", lstm: bool = False, hidden_size: int = 64,
-                 popart_levels: int = 0):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: str = "auto", lstm: bool = False, hidden_size: int = 64, popart_levels: int = 0):
         super().__init__()
         kind = resolve_torso(model, obs_shape)
         if kind in ("small", "shallow", "deep", "nature") and len(obs_shape) != 3:
@@ -154,7 +153,9 @@ class Agent(nn.Module):
             if "too small" not in str(exc) and "Kernel size can't be greater" not in str(exc):
                 raise
             fits = "small or mlp" if kind != "small" else "mlp"
-            raise ValueError(f"--model {kind} needs larger images than observations of shape {obs_shape} (its convolutions do not fit): use --model {fits}") from None
+            raise ValueError(
+                f"--model {kind} needs larger images than observations of shape {obs_shape} (its convolutions do not fit): use --model {fits}"
+            ) from None
         self.num_actions = num_actions
         self.use_lstm = lstm
         features = self.torso.out_size
@@ -179,7 +180,7 @@ class Agent(nn.Module):
         done: torch.Tensor,  # [T, B] bool, obs[t] starts a new episode
         core_state: torch.Tensor,  # [2, B, H]
         greedy: bool = False,
-        level: Optional[torch.Tensor] = None,  # [B] int64 level of each column (PopArt only; default level 0)
+        level: torch.Tensor | None = None,  # [B] int64 level of each column (PopArt only; default level 0)
     ) -> tuple[AgentOutput, torch.Tensor]:
         t, b = obs.shape[:2]
         x = self.torso(obs.reshape(t * b, *obs.shape[2:]))
@@ -200,9 +201,10 @@ class Agent(nn.Module):
             x = torch.cat(outputs).reshape(t * b, -1)
             core_state = torch.cat([h, c])
         logits = self.policy(x)
-        if self.popart is None:
+        if self.baseline is not None:
             baseline = self.baseline(x).squeeze(-1)
         else:
+            assert self.popart is not None  # one of the two heads exists
             level = torch.zeros(b, dtype=torch.int64, device=x.device) if level is None else level
             baseline, _ = self.popart(x, level.expand(t, b).reshape(t * b))
         if greedy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import csv
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def read_episodes(logdir: str) -> list[dict]:
@@ -33,7 +33,8 @@ def read_suite(logdir: str) -> tuple[str, list[tuple[float, float, float]]]:
 
 def smooth(values: Sequence[float], window: int) -> list[float]:
     """Trailing mean over up to `window` points (the same smoothing the console's mean return uses)."""
-    out, acc, queue = [], 0.0, collections.deque()
+    out: list[float] = []
+    acc, queue = 0.0, collections.deque[float]()
     for v in values:
         queue.append(v)
         acc += v

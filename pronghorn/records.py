@@ -68,12 +68,15 @@ class Unroll(NamedTuple):
     level: torch.Tensor  # [1, E] int64; index into Config.level_names
 
 
+FieldLayout = tuple[tuple[int, ...], np.dtype]  # (shape, numpy dtype) of one Unroll field
+
+
 def unroll_spec(
-    unroll_length: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int, core_size: int
-) -> Unroll:
-    """Shapes and dtypes of one slot, as an Unroll of (shape, numpy dtype) pairs."""
+    unroll_length: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype | type, num_actions: int, core_size: int
+) -> tuple[FieldLayout, ...]:
+    """Shapes and dtypes of one slot: a (shape, numpy dtype) pair per Unroll field, in Unroll._fields order."""
     t1, e = unroll_length + 1, num_envs
-    return Unroll(
+    layout: dict[str, FieldLayout] = dict(
         obs=((t1, e, *obs_shape), np.dtype(obs_dtype)),
         reward=((t1, e), np.dtype(np.float32)),
         terminated=((t1, e), np.dtype(np.bool_)),
@@ -89,3 +92,9 @@ def unroll_spec(
         policy_version=((1, e), np.dtype(np.int64)),
         level=((1, e), np.dtype(np.int64)),
     )
+    return tuple(layout[name] for name in Unroll._fields)
+
+
+def zeros_unroll(layout: tuple[FieldLayout, ...]) -> Unroll:
+    """An Unroll of zero-filled CPU tensors with the given layout."""
+    return Unroll(*(torch.from_numpy(np.zeros(shape, dtype)) for shape, dtype in layout))

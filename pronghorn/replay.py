@@ -13,14 +13,14 @@ there, so an update for an overwritten column cannot land on its successor.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import numpy as np
 import psutil
 import torch
 
-from pronghorn.config import Config, ConfigError
-from pronghorn.records import Unroll, unroll_spec
+from pronghorn.config import Config, ConfigError, resolved
+from pronghorn.records import Unroll, unroll_spec, zeros_unroll
 
 
 class ReplaySample(NamedTuple):
@@ -124,7 +124,7 @@ class ReplayRing:
             self.max_priority = max(self.max_priority, float(pri.max()))
         return int(current.sum())
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "data": Unroll(*(t.clone() for t in self.data))._asdict(),
             "priority": self.priority.clone(),
@@ -135,7 +135,7 @@ class ReplayRing:
             "generator": self.generator.get_state(),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         data = Unroll(**state["data"])
         for name, saved, here in zip(Unroll._fields, data, self.data):
             if saved.shape != here.shape:
@@ -147,12 +147,12 @@ class ReplayRing:
         self.generator.set_state(state["generator"])
 
 
-def build_ring(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int, core_size: int) -> Optional[ReplayRing]:
+def build_ring(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int, core_size: int) -> ReplayRing | None:
     """The run's ring (None without replay), after checking that it fits: exit 2 with the numbers if not."""
     if not cfg.replay_fraction:
         return None
-    layout = unroll_spec(cfg.unroll_length, 1, obs_shape, obs_dtype, num_actions, core_size)
-    one = Unroll(*(torch.from_numpy(np.zeros(shape, dtype)) for shape, dtype in layout))
+    layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), 1, obs_shape, obs_dtype, num_actions, core_size)
+    one = zeros_unroll(layout)
     need = column_bytes(one) * cfg.replay_capacity
     available = psutil.virtual_memory().available
     gib = need / 2**30

@@ -18,7 +18,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -32,26 +33,45 @@ class StagedBatch(NamedTuple):
     stage_s: float  # time staging spent assembling it (queue waits excluded)
     fresh: int = -1  # columns [0, fresh) came from the actors, the rest from replay; -1: all fresh (no replay)
     number: int = 0  # batches staged before this one
-    replay: Optional[ReplaySample] = None  # where its columns live in the ring (with replay on)
+    replay: ReplaySample | None = None  # where its columns live in the ring (with replay on)
 
 
 class _Stop(Exception):
     pass
 
 
+class SlotSource(Protocol):
+    """Where full slots come from (the runtime's router; a queue in tests)."""
+
+    def get(self, timeout: float) -> int: ...
+
+
+@runtime_checkable
+class OrderedSlotSource(SlotSource, Protocol):
+    """A source that can serve one actor's slots (--deterministic's lock-step)."""
+
+    def get_from(self, actor: int, timeout: float) -> int: ...
+
+
+class SlotSink(Protocol):
+    """Where copied-out slots go back to (the actors)."""
+
+    def put(self, index: int) -> None: ...
+
+
 class Staging:
     def __init__(
         self,
         slots: list[Unroll],
-        full,
-        free,
+        full: SlotSource,
+        free: SlotSink,
         batch_slots: int,
         device: torch.device,
         timeout: float,
         health_check: Callable[[], None],
         describe_producers: Callable[[], str],
         in_actor_order: int = 0,
-        replay: Optional[ReplayRing] = None,
+        replay: ReplayRing | None = None,
         replay_columns: int = 0,
     ):
         self._slots = slots
@@ -66,19 +86,19 @@ class Staging:
         self._replay = replay
         self._replay_columns = replay_columns if replay is not None else 0
         self.replay_lock = threading.Lock()
-        self._priorities: queue.Queue = queue.Queue()  # (batch number, [B] priorities) from the learner
+        self._priorities: queue.Queue[tuple[int, torch.Tensor]] = queue.Queue()  # (batch number, [B] priorities) from the learner
         self._pending: dict[int, torch.Tensor] = {}
         self._placed: dict[int, ReplaySample] = {}  # batch number -> where its columns live, until its priorities come
         self._staged = 0
         cuda = device.type == "cuda"
         self._host = [self._allocate(pin=cuda) for _ in range(2)]
         self._on_device = [Unroll(*(torch.empty_like(t, device=device) for t in host)) for host in self._host] if cuda else self._host
-        self._stream = torch.cuda.Stream(device) if cuda else None
+        self._stream = torch.cuda.Stream(device) if cuda else None  # type: ignore[no-untyped-call]  # torch.cuda.Stream.__new__ is unannotated
         self._buffers_free: queue.Queue[int] = queue.Queue()
         for i in range(2):
             self._buffers_free.put(i)
-        self._ready: queue.Queue = queue.Queue()
-        self._in_use: Optional[int] = None
+        self._ready: queue.Queue[Any] = queue.Queue()  # a staged batch's parts, or the exception that stopped staging
+        self._in_use: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pronghorn-staging", daemon=True)
         self._thread.start()
@@ -98,6 +118,7 @@ class Staging:
                 raise _Stop
             try:
                 if self._actors:
+                    assert isinstance(self._full, OrderedSlotSource), "lock-step needs a source that serves each actor in turn"
                     slot = self._full.get_from(self._taken % self._actors, timeout=0.5)
                     self._taken += 1
                     return slot
@@ -106,7 +127,7 @@ class Staging:
                 waited += 0.5
                 self._health_check()
                 if waited >= self._timeout:
-                    raise TimeoutError(f"learner waited {waited:.0f} s for data: {self._describe()}")
+                    raise TimeoutError(f"learner waited {waited:.0f} s for data: {self._describe()}") from None
 
     def _run(self) -> None:
         try:
@@ -135,13 +156,13 @@ class Staging:
                     with torch.cuda.stream(self._stream):
                         for src, dst in zip(host, self._on_device[buffer]):
                             dst.copy_(src, non_blocking=True)
-                        event = torch.cuda.Event()
+                        event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # unannotated in torch
                         event.record(self._stream)
                 self._ready.put((buffer, event, time.perf_counter() - start, fresh if ring is not None else -1, self._staged, sample))
                 self._staged += 1
         except _Stop:
             pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the learner thread, which raises it
+        except BaseException as exc:
             self._ready.put(exc)
 
     def _replay_step(self, host: Unroll, fresh: int, replayed: int) -> ReplaySample:
@@ -182,7 +203,7 @@ class Staging:
         if self._replay is not None and self._replay.prioritized:
             self._priorities.put((number, priorities.detach().to("cpu", torch.float64)))
 
-    def replay_state(self) -> Optional[dict]:
+    def replay_state(self) -> dict[str, Any] | None:
         """A copy of the ring for a checkpoint, taken between two batches."""
         if self._replay is None:
             return None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Optional
 
 from pronghorn import suites
 from pronghorn.logs import Episode
@@ -16,7 +15,7 @@ from pronghorn.logs import Episode
 class LevelStats:
     """The last 100 returns of each level, and how many episodes finished in all."""
 
-    def __init__(self, levels: tuple[str, ...], saved: Optional[dict] = None):
+    def __init__(self, levels: tuple[str, ...], saved: dict | None = None):
         saved = saved or {}
         self.levels = levels
         self.recent = {lv: collections.deque(saved.get("recent", {}).get(lv, []), maxlen=100) for lv in levels}
@@ -40,7 +39,7 @@ class LevelStats:
     def level_means(self) -> dict[str, float]:
         return {lv: sum(q) / len(q) if q else float("nan") for lv, q in self.recent.items()}
 
-    def reached(self, target: Optional[float]) -> bool:
+    def reached(self, target: float | None) -> bool:
         """Every level's last 100 episodes average at least `target`."""
         return target is not None and all(len(q) == q.maxlen and sum(q) / len(q) >= target for q in self.recent.values())
 
@@ -49,7 +48,7 @@ class LevelStats:
         (nan until it has data) because metrics.csv fixes its columns with its first row."""
         means, row = self.level_means(), {}
         multi = len(self.levels) > 1
-        hns = {lv: suites.human_normalized(lv, m) for lv, m in means.items() if suites.atari_game(lv)}
+        hns = {lv: h for lv, m in means.items() if (h := suites.human_normalized(lv, m)) is not None}
         for lv in self.levels:
             if multi:
                 row[f"{lv}/mean_return_100"] = means[lv]

@@ -13,7 +13,7 @@ import os
 import random
 import shutil
 import time
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -48,10 +48,10 @@ class TrainResult(NamedTuple):
     episodes: int
     mean_return: float  # mean of the last (up to) 100 episodes; nan if none finished
     wall_time: float
-    checkpoint: Optional[str]
+    checkpoint: str | None
     solved: bool
     interrupted: bool
-    resumed_from: Optional[str]
+    resumed_from: str | None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -71,7 +71,7 @@ def _move_aside(logdir: str, why: str) -> str:
     return target
 
 
-def prepare_logdir(cfg: Config) -> tuple[str, Optional[str], Optional[dict]]:
+def prepare_logdir(cfg: Config) -> tuple[str, str | None, dict | None]:
     """Create or reopen the logdir; returns (logdir, checkpoint path, checkpoint state) to resume from."""
     logdir = cfg.resolved_logdir(time.strftime("%Y%m%d-%H%M%S"))
     try:
@@ -86,8 +86,7 @@ def prepare_logdir(cfg: Config) -> tuple[str, Optional[str], Optional[dict]]:
             conflicts = cfg.resume_conflicts(state["config"])
             if conflicts:
                 raise ConfigError(
-                    f"cannot resume {logdir}: {'; '.join(conflicts)}. Use the run's values to resume, "
-                    f"or add --restart to start anew (the old files are kept)"
+                    f"cannot resume {logdir}: {'; '.join(conflicts)}. Use the run's values to resume, or add --restart to start anew (the old files are kept)"
                 )
         frames = int(state["learner"]["frames"]) if state else 0
         for name in ("episodes.csv", "metrics.csv"):
@@ -182,7 +181,13 @@ def train(cfg: Config) -> TrainResult:
         log.info("resumed from %s at %d frames, learner step %d", resumed_from, learner.frames, learner.steps)
     ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
     if ring is not None:
-        log.info("replay: %d of every %d unrolls from a ring of %s unrolls (%s MiB)", cfg.replay_columns, cfg.batch_size, f"{ring.capacity:,}", f"{ring.nbytes / 2**20:,.1f}")
+        log.info(
+            "replay: %d of every %d unrolls from a ring of %s unrolls (%s MiB)",
+            cfg.replay_columns,
+            cfg.batch_size,
+            f"{ring.capacity:,}",
+            f"{ring.nbytes / 2**20:,.1f}",
+        )
         if cfg.checkpoint_replay:
             log.warning("--checkpoint-replay: every checkpoint holds the ring, %s MiB", f"{ring.nbytes / 2**20:,.1f}")
         if saved is not None and cfg.checkpoint_replay and saved.get("replay") is not None:
@@ -195,7 +200,7 @@ def train(cfg: Config) -> TrainResult:
     num_params = sum(p.numel() for p in agent.parameters())
 
     def save() -> str:
-        state = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
+        state: dict[str, Any] = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
         if cfg.checkpoint_replay and staging is not None:
             state["replay"] = staging.replay_state()
         return checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
@@ -203,26 +208,39 @@ def train(cfg: Config) -> TrainResult:
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
     runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
     logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, stats.recent_returns())
-    staging: Optional[Staging] = None
+    staging: Staging | None = None
     solved = interrupted = False
-    saved_path: Optional[str] = None
-    final_error: Optional[Exception] = None
+    saved_path: str | None = None
+    final_error: Exception | None = None
     start = time.time()
     try:
         runtime.weights.publish(agent, learner.steps)  # actors start from the current weights
         runtime.start()
         staging = Staging(
-            runtime.unroll_slots(), runtime.router, runtime.router, cfg.batch_slots, device, cfg.timeout,
-            runtime.check_health, lambda: f"{runtime.alive()}/{cfg.num_actors} actors alive",
-            in_actor_order=cfg.num_actors if cfg.deterministic else 0, replay=ring, replay_columns=cfg.replay_columns if ring else 0,
+            runtime.unroll_slots(),
+            runtime.router,
+            runtime.router,
+            cfg.batch_slots,
+            device,
+            cfg.timeout,
+            runtime.check_health,
+            lambda: f"{runtime.alive()}/{cfg.num_actors} actors alive",
+            in_actor_order=cfg.num_actors if cfg.deterministic else 0,
+            replay=ring,
+            replay_columns=cfg.replay_columns if ring else 0,
         )
         interval = _Interval(learner.frames)
 
         def log_row() -> None:
             row = interval.summary(learner.frames)
             row.update(
-                time=time.time() - start, learner_steps=learner.steps, full_queue_occupancy=runtime.full_occupancy(),
-                env_failures=runtime.env_failures(), actor_restarts=runtime.restarts, episodes=stats.episodes, mean_return_100=stats.mean_return(),
+                time=time.time() - start,
+                learner_steps=learner.steps,
+                full_queue_occupancy=runtime.full_occupancy(),
+                env_failures=runtime.env_failures(),
+                actor_restarts=runtime.restarts,
+                episodes=stats.episodes,
+                mean_return_100=stats.mean_return(),
             )
             row.update(stats.level_metrics())
             logger.metrics(learner.frames, row)
@@ -277,6 +295,14 @@ def train(cfg: Config) -> TrainResult:
     if final_error is not None:
         raise final_error
     return TrainResult(
-        logdir, learner.frames, learner.steps, stats.episodes, stats.mean_return(), time.time() - start, saved_path,
-        solved, interrupted, resumed_from,
+        logdir,
+        learner.frames,
+        learner.steps,
+        stats.episodes,
+        stats.mean_return(),
+        time.time() - start,
+        saved_path,
+        solved,
+        interrupted,
+        resumed_from,
     )

@@ -14,7 +14,7 @@ the episode), and V(x_T) is the bootstrap value.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +35,7 @@ class VTraceFromLogitsReturns(NamedTuple):
 
 def action_log_probs(policy_logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """log pi(a_t | x_t) for logits [T, B, A] and actions [T, B]."""
-    return -F.nll_loss(
-        F.log_softmax(policy_logits.flatten(0, -2), dim=-1), actions.flatten(), reduction="none"
-    ).view_as(actions)
+    return -F.nll_loss(F.log_softmax(policy_logits.flatten(0, -2), dim=-1), actions.flatten(), reduction="none").view_as(actions)
 
 
 @torch.no_grad()
@@ -47,8 +45,8 @@ def from_importance_weights(
     rewards: torch.Tensor,
     values: torch.Tensor,
     bootstrap_value: torch.Tensor,
-    clip_rho_threshold: Optional[float] = 1.0,
-    clip_pg_rho_threshold: Optional[float] = 1.0,
+    clip_rho_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
 ) -> VTraceReturns:
     """V-trace targets from log importance weights.
@@ -94,17 +92,15 @@ def from_logits(
     rewards: torch.Tensor,
     values: torch.Tensor,
     bootstrap_value: torch.Tensor,
-    clip_rho_threshold: Optional[float] = 1.0,
-    clip_pg_rho_threshold: Optional[float] = 1.0,
+    clip_rho_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
     lambda_: float = 1.0,
 ) -> VTraceFromLogitsReturns:
     """V-trace from behaviour (mu) and target (pi) logits [T, B, A] and the actions taken [T, B]."""
     target_log_probs = action_log_probs(target_policy_logits, actions)
     behaviour_log_probs = action_log_probs(behaviour_policy_logits, actions)
     log_rhos = target_log_probs - behaviour_log_probs
-    returns = from_importance_weights(
-        log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold, clip_pg_rho_threshold, lambda_
-    )
+    returns = from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold, clip_pg_rho_threshold, lambda_)
     return VTraceFromLogitsReturns(
         vs=returns.vs,
         pg_advantages=returns.pg_advantages,

@@ -9,6 +9,8 @@ back 9 steps, across unroll boundaries when T is short: a time-alignment or boot
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import gymnasium as gym
 import numpy as np
 
@@ -16,7 +18,7 @@ GRID, SCALE = 10, 4
 
 
 class PixelCatch(gym.Env):
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self):
         self.observation_space = gym.spaces.Box(0, 255, (1, GRID * SCALE, GRID * SCALE), np.uint8)

@@ -101,8 +101,9 @@ def test_trim_csv_drops_rows_past_the_checkpoint_and_half_written_ones(tmp_path)
 
 
 def _train(logdir, *flags, timeout=300):
-    return subprocess.run(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags],
-                          capture_output=True, text=True, timeout=timeout, env=ENV)
+    return subprocess.run(
+        CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags], capture_output=True, text=True, timeout=timeout, env=ENV
+    )
 
 
 def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_the_target(tmp_path):
@@ -142,7 +143,7 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
     assert all(None not in r.values() and len(r) == 5 for r in episodes)
     # Nothing the checkpoint covers is lost or repeated; everything after it is new.
     assert episodes[: len(covered)] == covered
-    assert all(int(r["frames"]) > killed_at for r in episodes[len(covered):])
+    assert all(int(r["frames"]) > killed_at for r in episodes[len(covered) :])
     assert [int(r["frames"]) for r in episodes] == sorted(int(r["frames"]) for r in episodes)
     last = [float(r["episode_return"]) for r in episodes[-100:]]
     assert sum(last) / len(last) >= 475
@@ -156,8 +157,13 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
 
 def test_sigterm_checkpoints_and_exits_within_10_seconds(tmp_path):
     logdir = tmp_path / "terminated"
-    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--total-frames", "100M",
-                                   "--stop-at-return", "1e9"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--total-frames", "100M", "--stop-at-return", "1e9"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
@@ -243,8 +249,27 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
     import shutil
 
     logdir = tmp_path / "doomed"
-    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--checkpoint-secs", "1",
-                                   "--total-frames", "100M", "--stop-at-return", "1e9"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        CLI
+        + [
+            "train",
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            "--log-interval",
+            "0.5",
+            "--checkpoint-secs",
+            "1",
+            "--total-frames",
+            "100M",
+            "--stop-at-return",
+            "1e9",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
@@ -254,7 +279,7 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
         while logdir.exists() and time.monotonic() < deadline:
             shutil.rmtree(logdir, ignore_errors=True)
         assert not logdir.exists(), "could not remove the logdir"
-        out, err = proc.communicate(timeout=120)
+        _out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,10 +9,34 @@ from hypothesis import strategies as st
 from pronghorn.cli import parse_config
 from pronghorn.config import Config
 
-FLAGS = ["--env", "--env-backend", "--model", "--num-actors", "--envs-per-actor", "--unroll-length", "--batch-size",
-         "--num-buffers", "--total-frames", "--learning-rate", "--discount", "--entropy-cost", "--reward-clipping",
-         "--sticky-actions", "--noop-max", "--device", "--seed", "--log-interval", "--hidden-size", "--rmsprop-eps",
-         "--grad-norm-clip", "--keep-checkpoints", "--timeout", "--lstm", "--no-lstm", "--bogus-flag"]
+FLAGS = [
+    "--env",
+    "--env-backend",
+    "--model",
+    "--num-actors",
+    "--envs-per-actor",
+    "--unroll-length",
+    "--batch-size",
+    "--num-buffers",
+    "--total-frames",
+    "--learning-rate",
+    "--discount",
+    "--entropy-cost",
+    "--reward-clipping",
+    "--sticky-actions",
+    "--noop-max",
+    "--device",
+    "--seed",
+    "--log-interval",
+    "--hidden-size",
+    "--rmsprop-eps",
+    "--grad-norm-clip",
+    "--keep-checkpoints",
+    "--timeout",
+    "--lstm",
+    "--no-lstm",
+    "--bogus-flag",
+]
 VALUES = st.one_of(
     st.integers(-5, 100).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(str),

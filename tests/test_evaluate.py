@@ -25,8 +25,13 @@ def trained(tmp_path_factory):
 
 def test_evaluate_greedy_solves_cartpole_and_writes_a_readable_mp4(trained, tmp_path):
     video = tmp_path / "eval.mp4"
-    proc = subprocess.run(CLI + ["evaluate", "--logdir", str(trained), "--episodes", "10", "--greedy", "--video", str(video)],
-                          capture_output=True, text=True, timeout=300, env=ENV)
+    proc = subprocess.run(
+        CLI + ["evaluate", "--logdir", str(trained), "--episodes", "10", "--greedy", "--video", str(video)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     stats = summary["levels"]["CartPole-v1"]
@@ -49,8 +54,9 @@ def test_plot_writes_a_png_of_the_expected_size_with_groups(trained, tmp_path):
     out = plot_runs([str(trained)], str(tmp_path / "one.png"), size=(6, 4), dpi=100)
     assert imageio.imread(out).shape[:2] == (400, 600)
     # Two runs with the same folder name become one mean line with a band.
-    out = subprocess.run(CLI + ["plot", str(trained), str(trained), "-o", str(tmp_path / "two.png"), "--x", "wall"],
-                         capture_output=True, text=True, timeout=120, env=ENV)
+    out = subprocess.run(
+        CLI + ["plot", str(trained), str(trained), "-o", str(tmp_path / "two.png"), "--x", "wall"], capture_output=True, text=True, timeout=120, env=ENV
+    )
     assert out.returncode == 0, out.stderr
     assert imageio.imread(tmp_path / "two.png").shape[:2] == (400, 600)
 

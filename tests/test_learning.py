@@ -19,8 +19,18 @@ def test_the_image_pipeline_learns_catch_on_pixels(tmp_path):
     # keeps this near a random policy's -0.6 (CartPole's MLP path would not notice). IMPALA's paper
     # settings are pinned: with the Atari defaults (T=5, tuned on Pong) Catch levels off near -0.2 within
     # 500k frames, and this test guards the pipeline, not a tuning.
-    cfg = pronghorn.Config(env="tests.catch_env:make_catch", model="shallow", unroll_length=20, batch_size=32, learning_rate=6e-4,
-                           rmsprop_eps=0.01, total_frames=500_000, stop_at_return=0.6, logdir=str(tmp_path / "catch"), progress=False)
+    cfg = pronghorn.Config(
+        env="tests.catch_env:make_catch",
+        model="shallow",
+        unroll_length=20,
+        batch_size=32,
+        learning_rate=6e-4,
+        rmsprop_eps=0.01,
+        total_frames=500_000,
+        stop_at_return=0.6,
+        logdir=str(tmp_path / "catch"),
+        progress=False,
+    )
     result = pronghorn.train(cfg)
     assert result.mean_return >= 0.3, result
     assert_no_leaks()

@@ -29,8 +29,13 @@ def test_lstm_state_resets_where_an_episode_starts():
     state = torch.randn(2, B, agent.core_size)
     out, _ = agent(obs, last_action, reward, done, state)
     # From t=2 on, env 0 must behave as if started fresh at t=2 (zero state, zeroed action/reward inputs).
-    fresh, _ = agent(obs[2:, :1], torch.zeros(T - 2, 1, dtype=torch.long).index_fill(0, torch.tensor([1, 2]), 0) + last_action[2:, :1] * (torch.arange(T - 2)[:, None] > 0),
-                     reward[2:, :1] * (torch.arange(T - 2)[:, None] > 0), done[2:, :1], torch.zeros(2, 1, agent.core_size))
+    fresh, _ = agent(
+        obs[2:, :1],
+        torch.zeros(T - 2, 1, dtype=torch.long).index_fill(0, torch.tensor([1, 2]), 0) + last_action[2:, :1] * (torch.arange(T - 2)[:, None] > 0),
+        reward[2:, :1] * (torch.arange(T - 2)[:, None] > 0),
+        done[2:, :1],
+        torch.zeros(2, 1, agent.core_size),
+    )
     torch.testing.assert_close(out.baseline[2:, 0], fresh.baseline[:, 0])
     # ...while env 1 carries its memory through.
     carried, _ = agent(obs[2:, 1:], last_action[2:, 1:], reward[2:, 1:], done[2:, 1:], torch.zeros(2, 1, agent.core_size))
@@ -70,12 +75,15 @@ def test_orthogonal_init_gives_a_near_uniform_first_policy_and_zero_biases():
     assert torch.count_nonzero(torch_default.torso.fc.bias) > 0
 
 
-@pytest.mark.parametrize("model,shape,message", [
-    ("deep", (4,), "--model deep needs image observations"),
-    ("nature", (4,), "--model nature needs image observations"),
-    ("shallow", (10, 10, 10), "--model shallow needs larger images"),
-    ("nature", (7, 10, 10), "--model nature needs larger images"),
-])
+@pytest.mark.parametrize(
+    "model,shape,message",
+    [
+        ("deep", (4,), "--model deep needs image observations"),
+        ("nature", (4,), "--model nature needs image observations"),
+        ("shallow", (10, 10, 10), "--model shallow needs larger images"),
+        ("nature", (7, 10, 10), "--model nature needs larger images"),
+    ],
+)
 def test_a_model_that_does_not_fit_the_observations_is_refused(model, shape, message):
     with pytest.raises(ValueError, match=message):
         Agent(shape, 2, model=model)
@@ -90,14 +98,17 @@ def test_every_image_torso_takes_small_grids_it_fits(model, lstm):
     assert out.baseline.shape == (2, 3)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--env", "CartPole-v1", "--model", "deep"], "--model deep needs image observations"),
-    (["--env", "MinAtar/Breakout-v1", "--model", "nature"], "--model nature needs larger images"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--env", "CartPole-v1", "--model", "deep"], "--model deep needs image observations"),
+        (["--env", "MinAtar/Breakout-v1", "--model", "nature"], "--model nature needs larger images"),
+    ],
+)
 def test_the_command_line_refuses_a_model_that_does_not_fit_with_exit_2(tmp_path, args, message):
     from tests.helpers import assert_no_leaks, run_cli
 
-    proc, out, err = run_cli(["train", *args, "--total-frames", "1k", "--logdir", str(tmp_path / "run"), "--no-progress"], timeout=120)
+    proc, _out, err = run_cli(["train", *args, "--total-frames", "1k", "--logdir", str(tmp_path / "run"), "--no-progress"], timeout=120)
     lines = err.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err, err
     assert_no_leaks(owners=(proc.pid,))

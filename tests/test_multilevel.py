@@ -140,8 +140,24 @@ def test_three_levels_train_with_rows_tags_and_figures_for_each(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     logdir = tmp_path / "three"
-    proc, out, err = run_cli(["train", "--levels", THREE, "--num-actors", "2", "--total-frames", "100k", "--logdir", str(logdir),
-                              "--no-progress", "--log-interval", "1", "--popart"], timeout=300)
+    proc, out, err = run_cli(
+        [
+            "train",
+            "--levels",
+            THREE,
+            "--num-actors",
+            "2",
+            "--total-frames",
+            "100k",
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            "--log-interval",
+            "1",
+            "--popart",
+        ],
+        timeout=300,
+    )
     assert proc.returncode == 0, err[-2000:]
     assert_no_leaks(owners=(proc.pid,))
     episodes = read_csv(logdir / "episodes.csv")

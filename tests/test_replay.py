@@ -127,8 +127,18 @@ def test_staging_splits_every_batch_exactly_and_copies_never_alias_the_ring_or_t
     slots = _numbered_slots(6)
     producer = _Producer(slots)
     ring = ReplayRing(Unroll(*(t[:, :1] for t in slots[0])), capacity=8, seed=0)
-    staging = Staging(slots, producer.full, producer, batch_slots=4, device=torch.device("cpu"), timeout=5,
-                      health_check=lambda: None, describe_producers=lambda: "test", replay=ring, replay_columns=4)
+    staging = Staging(
+        slots,
+        producer.full,
+        producer,
+        batch_slots=4,
+        device=torch.device("cpu"),
+        timeout=5,
+        health_check=lambda: None,
+        describe_producers=lambda: "test",
+        replay=ring,
+        replay_columns=4,
+    )
     stored = set()
     try:
         for n in range(12):
@@ -240,7 +250,9 @@ def test_bad_replay_settings_are_refused_naming_the_flag():
 
 def test_a_ring_over_the_memory_limit_is_refused_with_the_numbers():
     cfg = Config(replay_fraction=0.5, replay_capacity=100_000, replay_max_gb=0.01).for_observations((4, 84, 84))
-    with pytest.raises(ConfigError, match=r"^--replay-capacity 100,000 unrolls of [\d,]+ bytes need [\d.]+ GiB, over --replay-max-gb 0.01: lower --replay-capacity to [\d,]+"):
+    with pytest.raises(
+        ConfigError, match=r"^--replay-capacity 100,000 unrolls of [\d,]+ bytes need [\d.]+ GiB, over --replay-max-gb 0.01: lower --replay-capacity to [\d,]+"
+    ):
         build_ring(cfg, (4, 84, 84), np.dtype(np.uint8), 6, 0)
     ring = build_ring(Config(replay_fraction=0.5).for_observations((4,)), (4,), np.dtype(np.float32), 2, 0)
     assert ring is not None and ring.capacity == 4096 and ring.nbytes >= 4096 * column_bytes(Unroll(*(t[:, :1] for t in ring.data)))
@@ -249,9 +261,27 @@ def test_a_ring_over_the_memory_limit_is_refused_with_the_numbers():
 
 def test_a_replay_run_counts_only_fresh_frames_and_episodes(tmp_path):
     logdir = tmp_path / "replay"
-    proc, out, err = run_cli(["train", "--logdir", str(logdir), "--no-progress", "--total-frames", "60k", "--batch-size", "32",
-                              "--replay-fraction", "0.5", "--replay-sampling", "prioritized", "--replay-kl-limit", "0.5", "--lstm",
-                              "--log-interval", "0.5"])
+    proc, _out, err = run_cli(
+        [
+            "train",
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            "--total-frames",
+            "60k",
+            "--batch-size",
+            "32",
+            "--replay-fraction",
+            "0.5",
+            "--replay-sampling",
+            "prioritized",
+            "--replay-kl-limit",
+            "0.5",
+            "--lstm",
+            "--log-interval",
+            "0.5",
+        ]
+    )
     assert proc.returncode == 0, err[-3000:]
     assert "replay: 16 of every 32 unrolls from a ring of 4,096 unrolls" in err
     rows = read_csv(logdir / "metrics.csv")

@@ -85,7 +85,16 @@ def test_staging_hands_slots_back_only_after_copying_and_never_overwrites_the_ba
 
 
 def test_staging_times_out_with_a_message_naming_what_it_waited_for():
-    staging = Staging(_fake_slots(2), queue.Queue(), queue.Queue(), 1, torch.device("cpu"), timeout=1.0, health_check=lambda: None, describe_producers=lambda: "0/2 actors alive")
+    staging = Staging(
+        _fake_slots(2),
+        queue.Queue(),
+        queue.Queue(),
+        1,
+        torch.device("cpu"),
+        timeout=1.0,
+        health_check=lambda: None,
+        describe_producers=lambda: "0/2 actors alive",
+    )
     try:
         with pytest.raises(TimeoutError, match=r"learner waited \d+ s for data: 0/2 actors alive"):
             staging.next()

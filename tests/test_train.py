@@ -25,8 +25,24 @@ def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):
     assert all(r["level"] == "CartPole-v1" and float(r["episode_return"]) == float(r["episode_frames"]) for r in episodes)  # CartPole pays 1 a frame
     metrics = read_csv(logdir / "metrics.csv")
     assert metrics, "no metrics row"
-    for key in ("fps", "learner_steps_per_s", "pg_loss", "baseline_loss", "entropy_loss", "entropy", "grad_norm", "policy_lag_min",
-                "policy_lag_mean", "policy_lag_max", "full_queue_occupancy", "learner_wait_s", "stage_s", "env_failures", "actor_restarts", "skipped_updates"):
+    for key in (
+        "fps",
+        "learner_steps_per_s",
+        "pg_loss",
+        "baseline_loss",
+        "entropy_loss",
+        "entropy",
+        "grad_norm",
+        "policy_lag_min",
+        "policy_lag_mean",
+        "policy_lag_max",
+        "full_queue_occupancy",
+        "learner_wait_s",
+        "stage_s",
+        "env_failures",
+        "actor_restarts",
+        "skipped_updates",
+    ):
         assert key in metrics[-1], key
     assert float(metrics[-1]["policy_lag_min"]) >= 0
     frames = [int(r["frames"]) for r in metrics]
@@ -44,7 +60,11 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
     logdir = tmp_path / "interrupted"
     proc = subprocess.Popen(
         CLI + ["train", "--total-frames", "100M", "--logdir", str(logdir), "--log-interval", "0.5", "--no-progress", "--stop-at-return", "1e9"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -106,15 +126,33 @@ def test_bad_input_exits_2_with_one_line(args, expected):
 def test_help_documents_every_flag():
     proc = subprocess.run(CLI + ["train", "--help"], capture_output=True, text=True, timeout=60, env=ENV)
     assert proc.returncode == 0
-    for flag in ("--env", "--env-backend", "--model", "--lstm", "--num-actors", "--envs-per-actor", "--unroll-length", "--batch-size",
-                 "--total-frames", "--learning-rate", "--device", "--logdir", "--seed", "--reward-clipping", "--sticky-actions", "--episodic-life"):
+    for flag in (
+        "--env",
+        "--env-backend",
+        "--model",
+        "--lstm",
+        "--num-actors",
+        "--envs-per-actor",
+        "--unroll-length",
+        "--batch-size",
+        "--total-frames",
+        "--learning-rate",
+        "--device",
+        "--logdir",
+        "--seed",
+        "--reward-clipping",
+        "--sticky-actions",
+        "--episodic-life",
+    ):
         assert flag in proc.stdout, flag
     assert "IMPALA" in proc.stdout
 
 
 def test_lstm_agent_trains_end_to_end_through_time_limits(tmp_path):
     """The LSTM path: core state in slots, resets inside unrolls, truncation values from the core (ShortCartPole truncates every 5 steps)."""
-    cfg = pronghorn.Config(env="tests.flaky_env:ShortCartPole-v0", lstm=True, total_frames=8_000, logdir=str(tmp_path / "lstm"), progress=False, log_interval=0.5)
+    cfg = pronghorn.Config(
+        env="tests.flaky_env:ShortCartPole-v0", lstm=True, total_frames=8_000, logdir=str(tmp_path / "lstm"), progress=False, log_interval=0.5
+    )
     result = pronghorn.train(cfg)
     assert result.frames >= 8_000 and result.episodes > 100
     rows = read_csv(tmp_path / "lstm" / "episodes.csv")
@@ -123,7 +161,9 @@ def test_lstm_agent_trains_end_to_end_through_time_limits(tmp_path):
 
 
 def test_a_custom_factory_env_trains_in_spawned_actors(tmp_path):
-    proc, out, err = run_cli(["train", "--env", "tests.flaky_env:make_cartpole", "--total-frames", "20k", "--logdir", str(tmp_path / "custom"), "--no-progress"])
+    proc, out, err = run_cli(
+        ["train", "--env", "tests.flaky_env:make_cartpole", "--total-frames", "20k", "--logdir", str(tmp_path / "custom"), "--no-progress"]
+    )
     assert proc.returncode == 0 and "frame budget spent after" in out, err[-2000:]
     rows = read_csv(tmp_path / "custom" / "episodes.csv")
     assert rows and rows[0]["level"] == "tests.flaky_env:make_cartpole"

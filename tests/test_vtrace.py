@@ -106,7 +106,9 @@ def test_episode_end_cuts_the_trace():
 
 
 def test_trailing_dims_and_no_gradient():
-    log_rhos, discounts, rewards, values, bootstrap = (x.unsqueeze(-1).repeat(1, 1, 3) if x.dim() == 2 else x.unsqueeze(-1).repeat(1, 3) for x in random_inputs(seed=2))
+    log_rhos, discounts, rewards, values, bootstrap = (
+        x.unsqueeze(-1).repeat(1, 1, 3) if x.dim() == 2 else x.unsqueeze(-1).repeat(1, 3) for x in random_inputs(seed=2)
+    )
     values = values.clone().requires_grad_(True)
     out = vtrace.from_importance_weights(log_rhos, discounts, rewards, values, bootstrap)
     assert out.vs.shape == values.shape and not out.vs.requires_grad and not out.pg_advantages.requires_grad
@@ -121,7 +123,10 @@ def test_from_logits_uses_log_ratio_of_taken_actions():
     actions = torch.randint(0, A, (T, B), generator=g)
     _, discounts, rewards, values, bootstrap = (x.float() for x in random_inputs(T, B, seed=4))
     out = vtrace.from_logits(behaviour, target, actions, discounts, rewards, values, bootstrap)
-    pick = lambda logits: torch.log_softmax(logits, -1).gather(-1, actions[..., None]).squeeze(-1)
+
+    def pick(logits):
+        return torch.log_softmax(logits, -1).gather(-1, actions[..., None]).squeeze(-1)
+
     torch.testing.assert_close(out.log_rhos, pick(target) - pick(behaviour))
     direct = vtrace.from_importance_weights(pick(target) - pick(behaviour), discounts, rewards, values, bootstrap)
     torch.testing.assert_close(out.vs, direct.vs)

@@ -8,7 +8,8 @@ unknown id into a ConfigError.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from pronghorn.envs.single import is_atari, make_single
 
 log = logging.getLogger("pronghorn.envs")
 
-__all__ = ["BatchedEnv", "EnvSpec", "make_batched", "probe", "probe_levels", "is_atari"]
+__all__ = ["BatchedEnv", "EnvSpec", "is_atari", "make_batched", "probe", "probe_levels"]
 
 
 class EnvSpec(NamedTuple):
@@ -28,10 +29,10 @@ class EnvSpec(NamedTuple):
     obs_dtype: np.dtype
     num_actions: int
     frames_per_step: int  # environment frames per agent step (4 for Atari's action repeat)
-    reward_threshold: Optional[float]
+    reward_threshold: float | None
 
 
-def make_batched(levels: Union[str, Sequence[str]], seeds: list[int], cfg: Config) -> BatchedEnv:
+def make_batched(levels: str | Sequence[str], seeds: list[int], cfg: Config) -> BatchedEnv:
     """E environments, env j of level levels[j] (or all of `levels`) seeded seeds[j], on the configured backend."""
     levels = [levels] * len(seeds) if isinstance(levels, str) else list(levels)
     if cfg.env_backend == "envpool":
@@ -39,8 +40,7 @@ def make_batched(levels: Union[str, Sequence[str]], seeds: list[int], cfg: Confi
 
         assert len(set(levels)) == 1, "envpool steps one level per pool (Config refuses fewer actors than levels)"
         return EnvpoolBatch(levels[0], seeds, cfg)
-    return GymBatch(levels, lambda level, seed: make_single(level, seed, cfg), seeds, frames_per_step(levels[0]), cfg.episodic_life,
-                    cfg.max_env_failures)
+    return GymBatch(levels, lambda level, seed: make_single(level, seed, cfg), seeds, frames_per_step(levels[0]), cfg.episodic_life, cfg.max_env_failures)
 
 
 def frames_per_step(level: str) -> int:
@@ -53,9 +53,13 @@ def check_outputs(level: str, env, obs_space, seed: int) -> None:
     def check_obs(obs, where: str) -> None:
         obs = np.asarray(obs)
         if obs.shape != obs_space.shape:
-            raise ConfigError(f"environment {level!r} returned an observation of shape {obs.shape} from {where}, but its observation_space has shape {obs_space.shape}: make them agree")
+            raise ConfigError(
+                f"environment {level!r} returned an observation of shape {obs.shape} from {where}, but its observation_space has shape {obs_space.shape}: make them agree"
+            )
         if obs.dtype != obs_space.dtype:
-            raise ConfigError(f"environment {level!r} returned an observation of dtype {obs.dtype} from {where}, but its observation_space says {obs_space.dtype}: make them agree (e.g. obs.astype(np.{obs_space.dtype}))")
+            raise ConfigError(
+                f"environment {level!r} returned an observation of dtype {obs.dtype} from {where}, but its observation_space says {obs_space.dtype}: make them agree (e.g. obs.astype(np.{obs_space.dtype}))"
+            )
 
     result = env.reset(seed=seed)
     if not (isinstance(result, tuple) and len(result) == 2):
@@ -63,7 +67,9 @@ def check_outputs(level: str, env, obs_space, seed: int) -> None:
     check_obs(result[0], "reset()")
     result = env.step(env.action_space.sample())
     if not (isinstance(result, tuple) and len(result) == 5):
-        raise ConfigError(f"environment {level!r}: step() must return (observation, reward, terminated, truncated, info), got {type(result).__name__} of {len(result) if isinstance(result, tuple) else 1}")
+        raise ConfigError(
+            f"environment {level!r}: step() must return (observation, reward, terminated, truncated, info), got {type(result).__name__} of {len(result) if isinstance(result, tuple) else 1}"
+        )
     obs, reward, terminated, truncated, _ = result
     check_obs(obs, "step()")
     if not np.isscalar(reward) or not np.isreal(reward):
@@ -91,7 +97,7 @@ def probe(level: str, cfg: Config) -> EnvSpec:
                 check_outputs(level, env, obs_space, cfg.seed)
             except ConfigError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a flaky env is the actors' business (recreate, count, limit)
+            except Exception as exc:
                 log.warning("could not check what %s returns at start-up (%r); its failures will be handled in the actors", level, exc)
     finally:
         env.close()
@@ -115,8 +121,12 @@ def probe_levels(cfg: Config) -> EnvSpec:
     for level in names[1:]:
         spec = probe(level, cfg)
         thresholds.add(spec.reward_threshold)
-        for what, a, b in (("observation shape", first.obs_shape, spec.obs_shape), ("observation dtype", first.obs_dtype, spec.obs_dtype),
-                           ("number of actions", first.num_actions, spec.num_actions), ("frames per step", first.frames_per_step, spec.frames_per_step)):
+        for what, a, b in (
+            ("observation shape", first.obs_shape, spec.obs_shape),
+            ("observation dtype", first.obs_dtype, spec.obs_dtype),
+            ("number of actions", first.num_actions, spec.num_actions),
+            ("frames per step", first.frames_per_step, spec.frames_per_step),
+        ):
             if a != b:
                 raise ConfigError(
                     f"levels {names[0]} ({what} {a}) and {level} ({what} {b}) cannot share one agent: "

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -79,8 +80,15 @@ class GymBatch:
     and `failures` goes up.
     """
 
-    def __init__(self, levels: Union[str, Sequence[str]], factory: Callable[[str, int], gym.Env], seeds: list[int], frames_per_step: int,
-                 episodic_life: bool, max_failures: int = 5):
+    def __init__(
+        self,
+        levels: str | Sequence[str],
+        factory: Callable[[str, int], gym.Env],
+        seeds: list[int],
+        frames_per_step: int,
+        episodic_life: bool,
+        max_failures: int = 5,
+    ):
         """levels: one level for every env, or env j's level; factory(level, seed) makes one env."""
         self.levels = [levels] * len(seeds) if isinstance(levels, str) else list(levels)
         self.num_envs = len(seeds)
@@ -104,8 +112,7 @@ class GymBatch:
         self._in_a_row[j] += 1
         if self._in_a_row[j] >= self._max_failures:
             raise RuntimeError(
-                f"env {j} of level {self.levels[j]} failed {self._in_a_row[j]} times in a row (--max-env-failures "
-                f"{self._max_failures}); last error: {exc!r}"
+                f"env {j} of level {self.levels[j]} failed {self._in_a_row[j]} times in a row (--max-env-failures {self._max_failures}); last error: {exc!r}"
             )
         log.warning("env %d of level %s raised %r; recreating it (env failures so far: %d)", j, self.levels[j], exc, self.failures)
         for attempt in range(_MAX_RECREATE_TRIES):
@@ -117,7 +124,7 @@ class GymBatch:
                 self._envs[j] = self._factory(self.levels[j], self._seeds[j])
                 self._reset_one(j, seed=self._seeds[j] + _RECREATE_SEED_STRIDE * self.failures + attempt)
                 return
-            except Exception as again:  # noqa: BLE001 - any env error is retried a few times
+            except Exception as again:
                 exc = again
         raise RuntimeError(f"env {j} of level {self.levels[j]} could not be recreated after {_MAX_RECREATE_TRIES} tries: {exc!r}")
 
@@ -126,7 +133,7 @@ class GymBatch:
         for j in range(self.num_envs):
             try:
                 self._reset_one(j, seed=self._seeds[j])
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._recover(j, exc)
         for field in (out.reward, out.terminated, out.truncated, out.episode_end):
             field[:] = 0
@@ -140,7 +147,7 @@ class GymBatch:
         for j, env in enumerate(self._envs):
             try:
                 obs, reward, terminated, truncated, info = env.step(int(actions[j]))
-            except Exception as exc:  # noqa: BLE001 - an env failure must not end the run
+            except Exception as exc:
                 self._recover(j, exc)
                 out.reward[j] = 0.0
                 out.terminated[j] = True  # abandoned: no bootstrap across it, no episode counted
@@ -160,7 +167,7 @@ class GymBatch:
                     out.final_obs[j] = obs
                 try:
                     self._reset_one(j)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     self._recover(j, exc)
             else:
                 out.terminated[j] = life_lost
@@ -169,11 +176,13 @@ class GymBatch:
 
     def render(self, j: int) -> np.ndarray:
         """RGB frame of env j (made with render_mode="rgb_array")."""
-        return self._envs[j].render()
+        frame = self._envs[j].render()
+        assert isinstance(frame, np.ndarray), "render_mode must be rgb_array"
+        return frame
 
     def close(self) -> None:
         for env in self._envs:
             try:
                 env.close()
-            except Exception:  # noqa: BLE001 - closing is best effort at shutdown
+            except Exception:
                 pass

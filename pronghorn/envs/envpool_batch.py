@@ -73,11 +73,13 @@ class EnvpoolBatch:
         out, stats = self._out, self._stats
         try:
             obs, reward, terminated, truncated, info = self._pool.step(actions.astype(np.int32, copy=False))
-        except Exception as exc:  # noqa: BLE001 - the pool is recreated, its games abandoned
+        except Exception as exc:
             self.failures += 1
             self._in_a_row += 1
             if self._in_a_row >= self._cfg.max_env_failures:
-                raise RuntimeError(f"envpool {self.level} failed {self._in_a_row} times in a row (--max-env-failures {self._cfg.max_env_failures}): {exc!r}") from exc
+                raise RuntimeError(
+                    f"envpool {self.level} failed {self._in_a_row} times in a row (--max-env-failures {self._cfg.max_env_failures}): {exc!r}"
+                ) from exc
             log.warning("envpool %s raised %r; recreating the pool (env failures so far: %d)", self.level, exc, self.failures)
             self._pool.close()
             self._pool = self._make(self._seed + 1_000_003 * self.failures)

@@ -18,7 +18,9 @@ class MinAtarGrid(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env, channels: int):
         super().__init__(env)
-        h, w, c = env.observation_space.shape
+        shape = env.observation_space.shape
+        assert shape is not None  # a Box
+        h, w, c = shape
         if channels < c:
             raise ValueError(f"cannot pad {c} channels down to {channels}")
         self._c = c

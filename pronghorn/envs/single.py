@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any
 
 import gymnasium as gym
 
@@ -42,8 +42,26 @@ def custom_factory(level: str):
 
 
 # ALE's 18 actions in order; ALE's "full" set for Skiing has only the 9 without FIRE (FIRE does nothing there).
-FULL_ACTIONS = ("NOOP", "FIRE", "UP", "RIGHT", "LEFT", "DOWN", "UPRIGHT", "UPLEFT", "DOWNRIGHT", "DOWNLEFT", "UPFIRE", "RIGHTFIRE",
-                "LEFTFIRE", "DOWNFIRE", "UPRIGHTFIRE", "UPLEFTFIRE", "DOWNRIGHTFIRE", "DOWNLEFTFIRE")
+FULL_ACTIONS = (
+    "NOOP",
+    "FIRE",
+    "UP",
+    "RIGHT",
+    "LEFT",
+    "DOWN",
+    "UPRIGHT",
+    "UPLEFT",
+    "DOWNRIGHT",
+    "DOWNLEFT",
+    "UPFIRE",
+    "RIGHTFIRE",
+    "LEFTFIRE",
+    "DOWNFIRE",
+    "UPRIGHTFIRE",
+    "UPLEFTFIRE",
+    "DOWNRIGHTFIRE",
+    "DOWNLEFTFIRE",
+)
 
 
 class FullActionSet(gym.ActionWrapper):
@@ -51,7 +69,7 @@ class FullActionSet(gym.ActionWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        legal = list(env.unwrapped.get_action_meanings())
+        legal = list(env.unwrapped.get_action_meanings())  # type: ignore[attr-defined]  # ale-py's AtariEnv, which gym.Env does not declare
         without_fire = [m.replace("FIRE", "") or "NOOP" for m in FULL_ACTIONS]  # "FIRE" alone becomes NOOP
         self._map = [legal.index(m) if m in legal else 0 for m in without_fire]
         self.action_space = gym.spaces.Discrete(len(FULL_ACTIONS))
@@ -60,7 +78,7 @@ class FullActionSet(gym.ActionWrapper):
         return self._map[int(action)]
 
 
-def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] = None) -> gym.Env:
+def make_single(level: str, seed: int, cfg: Config, render_mode: str | None = None) -> gym.Env:
     """Make one environment. It is seeded by its first `reset(seed=...)`, which GymBatch does."""
     factory = custom_factory(level)
     if factory is not None:
@@ -71,7 +89,7 @@ def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] =
         return make_minatar(level, max(suites.MINATAR_CHANNELS[g] for g in games), render_mode)
     if not is_atari(level):
         # The passive checker only validates the first calls but stays a wrapper layer on every step.
-        kwargs = {"render_mode": render_mode} if render_mode else {}  # custom envs may not take the argument
+        kwargs: dict[str, Any] = {"render_mode": render_mode} if render_mode else {}  # custom envs may not take the argument
         return gym.make(level, disable_env_checker=True, **kwargs)
     global _ale_registered
     if not _ale_registered:
@@ -83,10 +101,8 @@ def make_single(level: str, seed: int, cfg: Config, render_mode: Optional[str] =
     # sticky actions still apply per emulator frame, as in ALE v5.
     full = uses_full_action_set(cfg)
     env = gym.make(level, frameskip=1, repeat_action_probability=cfg.sticky_actions, full_action_space=full, render_mode=render_mode)
-    if full and env.action_space.n < len(FULL_ACTIONS):
+    if full and int(env.action_space.n) < len(FULL_ACTIONS):  # type: ignore[attr-defined]  # Atari's space is Discrete
         env = FullActionSet(env)
     # Life loss is handled in GymBatch (it ends the training episode, not the game), so it is off here.
-    env = gym.wrappers.AtariPreprocessing(
-        env, noop_max=cfg.noop_max, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True
-    )
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=cfg.noop_max, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True)
     return gym.wrappers.FrameStackObservation(env, 4)

@@ -17,8 +17,9 @@ import queue
 import signal
 import time
 import traceback
+
 from pronghorn.actor import actor_label
-from pronghorn.config import Config
+from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
@@ -76,15 +77,23 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
     slots = SlotArray.attach(slot_handles)
     weights = WeightStore.attach(weight_handle)
     counters = Counters(counter_handle, create=False)
+
     def stopping() -> bool:
         return bool(stop.value)
 
     try:
         run_actor(
-            index, cfg, spec, slots.slots, PipeSource(free_conn, stopping, cfg.timeout, f"actor {index}"), PipeSink(full_conn), weights,
-            counters.row(index), stopping,
+            index,
+            cfg,
+            spec,
+            slots.slots,
+            PipeSource(free_conn, stopping, cfg.timeout, f"actor {index}"),
+            PipeSink(full_conn),
+            weights,
+            counters.row(index),
+            stopping,
         )
-    except BaseException as exc:  # noqa: BLE001 - reported to the learner, which stops the run
+    except BaseException as exc:
         if not stopping():
             errors.put((index, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     finally:
@@ -103,9 +112,10 @@ class LocalRuntime:
             log.warning("removed %d shared-memory segments left by processes that no longer exist (%s, ...)", len(reaped), reaped[0])
         self._ctx = mp.get_context("spawn")
         self._token = new_token()
-        layout = unroll_spec(cfg.unroll_length, cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self.num_slots = cfg.buffer_slots
         self.slots = SlotArray.create(self._token, self.num_slots, layout)
+        self._released = False
         self.weights = WeightStore.create(self._token, num_params)
         self.counters = Counters.create(self._token, cfg.num_actors)
         # Two slots per actor (one filling, one queued) when there is room, so an actor never waits for the
@@ -120,7 +130,7 @@ class LocalRuntime:
         self._spec = spec
         self.actors: list = [None] * cfg.num_actors
         self.restarts = 0
-        self._restart_times = [collections.deque() for _ in range(cfg.num_actors)]
+        self._restart_times: list[collections.deque[float]] = [collections.deque() for _ in range(cfg.num_actors)]
 
     def start(self) -> None:
         """Start the actors; call after the first weights are published."""
@@ -133,8 +143,19 @@ class LocalRuntime:
         p = self._ctx.Process(
             target=_actor_main,
             name=f"pronghorn-actor-{i}",
-            args=(i, self.cfg, self._spec, self.slots.handles, self.weights.handle, self.counters.handle,
-                  free_recv, full_send, self._stop, self._errors, os.getpid()),
+            args=(
+                i,
+                self.cfg,
+                self._spec,
+                self.slots.handles,
+                self.weights.handle,
+                self.counters.handle,
+                free_recv,
+                full_send,
+                self._stop,
+                self._errors,
+                os.getpid(),
+            ),
             daemon=True,
         )
         p.start()
@@ -204,11 +225,11 @@ class LocalRuntime:
         self.router.close()
         self._errors.close()
         self._errors.cancel_join_thread()  # items left in the queue must not block our exit
-        if self.slots is not None:
+        if not self._released:
             self.slots.release()
             self.weights.release()
             self.counters.release()
-            self.slots = None
+            self._released = True
 
     def env_failures(self) -> int:
         return self.counters.total("env_failures")

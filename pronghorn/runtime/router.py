@@ -16,8 +16,8 @@ import collections
 import queue
 import struct
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Optional
 
 _FMT = struct.Struct("<q")
 
@@ -28,7 +28,7 @@ class PipeSource:
     def __init__(self, conn: Connection, should_stop: Callable[[], bool], timeout: float, who: str):
         self._conn, self._should_stop, self._timeout, self._who = conn, should_stop, timeout, who
 
-    def get(self) -> Optional[int]:
+    def get(self) -> int | None:
         waited = 0.0
         while not self._should_stop():
             if self._conn.poll(0.5):
@@ -63,8 +63,8 @@ class SlotRouter:
         self._next_ready = 0  # round-robin over actors in get(), so no actor's unrolls wait behind another's
         self.held: list[set[int]] = [set() for _ in range(num_actors)]
         self.at_learner = 0
-        self._to_actor: list[Optional[Connection]] = [None] * num_actors
-        self._from_actor: list[Optional[Connection]] = [None] * num_actors
+        self._to_actor: list[Connection | None] = [None] * num_actors
+        self._from_actor: list[Connection | None] = [None] * num_actors
         self._sentinels: dict[int, int] = {}  # process sentinel -> actor index
         self.on_death: Callable[[int], None] = lambda index: None  # set by the runtime: decide, restart or raise
 

@@ -10,12 +10,12 @@ import os
 import secrets
 import time
 from multiprocessing import resource_tracker, shared_memory
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from pronghorn.records import Unroll
+from pronghorn.records import FieldLayout, Unroll
 
 SHM_PREFIX = "pronghorn-"
 
@@ -34,6 +34,9 @@ def _attach(name: str) -> shared_memory.SharedMemory:
         resource_tracker.register = register
 
 
+_RELEASED: np.ndarray = np.empty(0)  # what a released view is replaced with
+
+
 class _Segment:
     """One shared block seen as a numpy array."""
 
@@ -44,7 +47,7 @@ class _Segment:
         self.owner = create
 
     def release(self) -> None:
-        self.array = None  # drop the view first, or close() refuses (exported buffer)
+        self.array = _RELEASED  # drop the view first, or close() refuses (exported buffer)
         try:
             self.shm.close()
         except BufferError:
@@ -64,7 +67,7 @@ class SegmentHandle(NamedTuple):
 
 def reap_orphaned_segments() -> list[str]:
     """Unlink segments whose creating process is gone (a learner killed with SIGKILL cannot clean up)."""
-    reaped = []
+    reaped: list[str] = []
     try:
         names = os.listdir("/dev/shm")
     except FileNotFoundError:
@@ -95,25 +98,24 @@ def new_token() -> str:
 class SlotArray:
     """`num_slots` preallocated unroll slots: one shared block per Unroll field, [num_slots, *field_shape].
 
-    `slots[i]` is an Unroll of torch tensors viewing slot i (no copy).
+    `slots[i]` is an Unroll of torch tensors viewing slot i (no copy). `handles` (one per field, in
+    Unroll._fields order) is what a child process needs to attach.
     """
 
-    def __init__(self, handles: Unroll, create: bool):
+    def __init__(self, handles: tuple[SegmentHandle, ...], create: bool):
         self.handles = handles
-        self._segments = Unroll(*(_Segment(h.name, tuple(h.shape), np.dtype(h.dtype), create) for h in handles))
+        self._segments = [_Segment(h.name, tuple(h.shape), np.dtype(h.dtype), create) for h in handles]
         tensors = Unroll(*(torch.from_numpy(s.array) for s in self._segments))
         num_slots = tensors.obs.shape[0]
         self.slots = [Unroll(*(t[i] for t in tensors)) for i in range(num_slots)]
 
     @classmethod
-    def create(cls, token: str, num_slots: int, spec: Unroll) -> "SlotArray":
-        handles = Unroll(
-            *(SegmentHandle(f"{token}-{field}", (num_slots, *shape), dtype.str) for field, (shape, dtype) in zip(Unroll._fields, spec))
-        )
+    def create(cls, token: str, num_slots: int, layout: tuple[FieldLayout, ...]) -> SlotArray:
+        handles = tuple(SegmentHandle(f"{token}-{field}", (num_slots, *shape), dtype.str) for field, (shape, dtype) in zip(Unroll._fields, layout))
         return cls(handles, create=True)
 
     @classmethod
-    def attach(cls, handles: Unroll) -> "SlotArray":
+    def attach(cls, handles: tuple[SegmentHandle, ...]) -> SlotArray:
         return cls(handles, create=False)
 
     def release(self) -> None:
@@ -144,11 +146,11 @@ class WeightStore:
             self._version[0] = -1  # nothing published yet
 
     @classmethod
-    def create(cls, token: str, num_params: int) -> "WeightStore":
+    def create(cls, token: str, num_params: int) -> WeightStore:
         return cls(SegmentHandle(f"{token}-weights", (4 + 2 * num_params,), np.dtype(np.float32).str), create=True)
 
     @classmethod
-    def attach(cls, handle: SegmentHandle) -> "WeightStore":
+    def attach(cls, handle: SegmentHandle) -> WeightStore:
         return cls(handle, create=False)
 
     @property
@@ -206,8 +208,8 @@ class WeightStore:
         return version
 
     def release(self) -> None:
-        self._buffers = None
-        self._seq = self._version = None
+        self._buffers = (torch.empty(0), torch.empty(0))  # drop the views before the segment closes
+        self._seq = self._version = _RELEASED
         self._segment.release()
 
 
@@ -219,12 +221,12 @@ class Counters:
     def __init__(self, handle: SegmentHandle, create: bool):
         self.handle = handle
         self._segment = _Segment(handle.name, handle.shape, np.dtype(handle.dtype), create)
-        self.array: Optional[np.ndarray] = self._segment.array
+        self.array = self._segment.array
         if create:
             self.array[:] = 0
 
     @classmethod
-    def create(cls, token: str, num_actors: int) -> "Counters":
+    def create(cls, token: str, num_actors: int) -> Counters:
         return cls(SegmentHandle(f"{token}-counters", (num_actors, len(cls.FIELDS)), np.dtype(np.int64).str), create=True)
 
     def total(self, field: str) -> int:
@@ -234,5 +236,5 @@ class Counters:
         return self.array[actor]
 
     def release(self) -> None:
-        self.array = None
+        self.array = _RELEASED
         self._segment.release()

@@ -68,9 +68,25 @@ def _actor_pids(parent: int, timeout: float = 30.0) -> list[int]:
 
 def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
     logdir = tmp_path / "survivor"
-    proc = subprocess.Popen(CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--total-frames", "150k",
-                                   "--stop-at-return", "1e9"],  # survival is the point here, not how fast CartPole is solved
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        CLI
+        + [
+            "train",
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            "--log-interval",
+            "0.5",
+            "--total-frames",
+            "150k",
+            "--stop-at-return",
+            "1e9",
+        ],  # survival is the point here, not how fast CartPole is solved
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
@@ -89,8 +105,20 @@ def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
 
 
 def test_a_crash_loop_stops_training_with_a_clear_error(tmp_path):
-    proc, _, err = run_cli(["train", "--env", "tests.flaky_env:SegfaultingCartPole-v0", "--logdir", str(tmp_path / "loop"),
-                            "--no-progress", "--num-actors", "1", "--max-actor-restarts", "2"])
+    proc, _, err = run_cli(
+        [
+            "train",
+            "--env",
+            "tests.flaky_env:SegfaultingCartPole-v0",
+            "--logdir",
+            str(tmp_path / "loop"),
+            "--no-progress",
+            "--num-actors",
+            "1",
+            "--max-actor-restarts",
+            "2",
+        ]
+    )
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 1 and "died 3 times within 60 s (last exit code -9): a crash loop" in last, err[-3000:]
     assert_no_leaks(owners=(proc.pid,))
