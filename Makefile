@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test lint bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
+.PHONY: setup train test lint wheel bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[envpool,minatar,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[envpool,minatar,wandb,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -33,6 +33,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check pronghorn tests benchmarks
 	$(BIN)/ruff format --check pronghorn tests benchmarks
 	$(BIN)/mypy
+
+# A wheel in dist/ (tests/test_wheel.py installs one into a fresh venv and trains from outside the repo).
+wheel: $(STAMP)
+	$(BIN)/python -m build --wheel --outdir dist .
 
 bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py

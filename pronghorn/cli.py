@@ -54,17 +54,6 @@ def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
         fail(f"{_one_line(captured.getvalue())} (see `{prog} --help`)")
 
 
-def _write_curve(logdir: str) -> str:
-    import os
-
-    from pronghorn.plot import plot_runs
-
-    try:
-        return plot_runs([logdir], os.path.join(logdir, "curve.png"))
-    except (OSError, ValueError) as exc:  # a missing curve must not turn a finished run into a failure
-        return f"not written ({exc})"
-
-
 def cmd_train(argv: Sequence[str]) -> int:
     from pronghorn.checkpoint import CheckpointError
     from pronghorn.config import ConfigError
@@ -82,8 +71,6 @@ def cmd_train(argv: Sequence[str]) -> int:
         fail(str(exc))
     except (WorkerError, TimeoutError, NonFiniteError, CheckpointError, LogWriteError) as exc:
         fail(f"training stopped: {exc}", code=1)
-    # After Ctrl-C or SIGTERM, exit promptly: the curve is one `pronghorn plot` away.
-    curve = "not drawn (interrupted): run `pronghorn plot " + result.logdir + "`" if result.interrupted else _write_curve(result.logdir)
     ret = "n/a" if math.isnan(result.mean_return) else f"{result.mean_return:.2f}"
     status = "solved" if result.solved else ("interrupted" if result.interrupted else "frame budget spent")
     if result.resumed_from:
@@ -93,7 +80,7 @@ def cmd_train(argv: Sequence[str]) -> int:
         f"{result.wall_time:.0f} s; mean return of last {min(100, result.episodes)} episodes: {ret}\n"
         f"  logs:       {result.logdir}/metrics.csv, {result.logdir}/episodes.csv (TensorBoard: tensorboard --logdir {result.logdir})\n"
         f"  checkpoint: {result.checkpoint}\n"
-        f"  curve:      {curve}",
+        f"  curve:      {result.curve}",
         flush=True,
     )
     return 130 if result.interrupted else 0

@@ -85,6 +85,13 @@ RESUMABLE_CHANGES = frozenset(
         "max_actor_restarts",
         "checkpoint_replay",
         "replay_max_gb",
+        "eval_every",
+        "eval_episodes",
+        "wandb",
+        "wandb_project",
+        "wandb_entity",
+        "wandb_group",
+        "eval_video",
     }
 )
 
@@ -220,6 +227,20 @@ class Config:
     """Seconds between checkpoints (one is also written at the end and on Ctrl-C or SIGTERM)."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `pip install 'pronghorn[wandb]'`): the scalars TensorBoard gets, the config, evaluation videos and the curve; the run is named after the logdir and a resumed logdir continues its W&B run. WANDB_MODE=offline keeps it on disk."""
+    wandb_project: str = "pronghorn"
+    """W&B project (with --wandb)."""
+    wandb_entity: str | None = None
+    """W&B entity, a user or team (with --wandb); default: your W&B default."""
+    wandb_group: str | None = None
+    """W&B group, e.g. one per sweep or per seed set (with --wandb)."""
+    eval_every: frame_count_flag("--eval-every") = 0  # type: ignore[valid-type]  # an Annotated type built per flag
+    """Every this many frames, checkpoint and play the greedy policy in a separate, low-priority process (`pronghorn evaluate`'s code); logged as eval/<level>/return and in eval.csv. 0 (the default): off."""
+    eval_episodes: int = 10
+    """Games per level in each evaluation of --eval-every."""
+    eval_video: bool = False
+    """With --eval-every: also record the first level's games as <logdir>/eval/video-<frames>.mp4 and a GIF in TensorBoard."""
     restart: bool = False
     """Start anew in a logdir that holds a run: its files are moved aside into <logdir>/previous-<time>/, never deleted. Without it, such a logdir is resumed."""
     progress: bool = True
@@ -273,6 +294,14 @@ class Config:
         need(self.max_actor_restarts >= 0, f"--max-actor-restarts is {self.max_actor_restarts}: use 0 (never restart) or more")
         need(self.max_env_failures >= 1, f"--max-env-failures is {self.max_env_failures}: it must be at least 1")
         need(self.keep_checkpoints >= 1, f"--keep-checkpoints is {self.keep_checkpoints}: keep at least 1")
+        need(self.eval_every >= 0, f"--eval-every is {self.eval_every}: give a frame count, or 0 for no evaluation")
+        need(self.eval_episodes >= 1, f"--eval-episodes is {self.eval_episodes}: it must be at least 1")
+        need(self.eval_every > 0 or not self.eval_video, "--eval-video records the evaluations of --eval-every: set --eval-every too")
+        if self.wandb:
+            try:
+                import wandb  # noqa: F401  (only whether it imports)
+            except ImportError:
+                raise ConfigError("--wandb needs the wandb package: pip install 'pronghorn[wandb]' (or pip install wandb)") from None
         need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
         for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
             value = getattr(self, name)

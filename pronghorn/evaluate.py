@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -22,8 +23,11 @@ from pronghorn.config import Config, ConfigError
 from pronghorn.envs import probe
 from pronghorn.envs.batch import GymBatch
 from pronghorn.envs.single import make_single
+from pronghorn.logs import Evaluation, Logger
 from pronghorn.losses import clip_rewards
 from pronghorn.models import build_agent
+
+log = logging.getLogger("pronghorn")
 
 _MAX_PARALLEL = 8
 
@@ -134,3 +138,60 @@ def open_video(path: str, fps: int):
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     return imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, quality=7)
+
+
+class PeriodicEvaluation:
+    """--eval-every for the training loop: when a checkpoint is due for evaluation, and what comes back.
+
+    Results go to every log sink (eval.csv, TensorBoard at the checkpoint's frames, the console) and into
+    the next metrics row as eval/frames and eval/<level>/return (NaN in rows without a new result, so the
+    columns exist from the first row on)."""
+
+    def __init__(self, cfg: Config, logdir: str, frames: int):
+        from pronghorn.runtime.evaluator import Evaluator
+
+        self._every = cfg.eval_every
+        self._levels = cfg.level_names
+        self._evaluator = Evaluator(logdir, cfg.eval_episodes, cfg.eval_video, seed=cfg.seed + 10_000)
+        self.next_due = (frames // self._every + 1) * self._every
+        self._unsent: int | None = None  # frames of a due evaluation skipped while another ran
+        self._latest: Evaluation | None = None
+
+    def due(self, frames: int) -> bool:
+        return frames >= self.next_due
+
+    def submit(self, checkpoint_path: str, frames: int) -> None:
+        """Hand the checkpoint written at a due point to the evaluation process (skipped, with a warning, if busy)."""
+        self.next_due = (frames // self._every + 1) * self._every
+        if self._evaluator.submit(checkpoint_path, frames):
+            self._unsent = None
+        else:
+            self._unsent = frames
+            log.warning("evaluation at %s frames skipped: the previous one is still running (raise --eval-every or lower --eval-episodes)", f"{frames:,}")
+
+    def collect(self, logger: Logger, wait: float = 0.0) -> None:
+        for result in self._evaluator.poll(wait):
+            if result.error:
+                log.warning("evaluation of the checkpoint at %s frames failed: %s", f"{result.frames:,}", result.error)
+                continue
+            logger.evaluation(result)
+            self._latest = result
+
+    def row(self) -> dict[str, float]:
+        """eval/* columns for a metrics row: the newest result since the last row, NaN otherwise."""
+        latest, self._latest = self._latest, None
+        nan = float("nan")
+        row = {"eval/frames": float(latest.frames) if latest else nan}
+        for level in self._levels:
+            row[f"eval/{level}/return"] = latest.returns.get(level, nan) if latest else nan
+        return row
+
+    def finish(self, logger: Logger, save: Callable[[], str], frames: int, timeout: float) -> None:
+        """End of training: collect the evaluation in flight, then evaluate the last due checkpoint if it was skipped."""
+        self.collect(logger, wait=timeout)
+        if self._unsent is not None:
+            self.submit(save(), frames)
+            self.collect(logger, wait=timeout)
+
+    def close(self) -> None:
+        self._evaluator.close()

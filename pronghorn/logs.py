@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import NamedTuple, Protocol, TextIO
+from typing import Any, NamedTuple, Protocol, TextIO
 
 
 class Episode(NamedTuple):
@@ -26,10 +26,22 @@ class Episode(NamedTuple):
     wall_time: float
 
 
+class Evaluation(NamedTuple):
+    """One greedy evaluation of a checkpoint (--eval-every)."""
+
+    frames: int  # the checkpoint's frames
+    returns: dict[str, float]  # level -> mean return over the games played
+    episodes: int  # games per level
+    video: str | None  # MP4 of the first level's games, if recorded
+    error: str | None  # one line, if the evaluation failed (then returns is empty)
+
+
 class Sink(Protocol):
     def metrics(self, frames: int, values: dict[str, float]) -> None: ...
 
     def episodes(self, episodes: list[Episode]) -> None: ...
+
+    def evaluation(self, result: Evaluation) -> None: ...
 
     def close(self) -> None: ...
 
@@ -102,6 +114,7 @@ class CSVSink:
     def __init__(self, logdir: str):
         self._metrics = _CSV(os.path.join(logdir, "metrics.csv"))
         self._episodes = _CSV(os.path.join(logdir, "episodes.csv"), list(Episode._fields))
+        self._eval = _CSV(os.path.join(logdir, "eval.csv"), ["frames", "level", "mean_return", "episodes", "video"])
 
     def metrics(self, frames: int, values: dict[str, float]) -> None:
         self._metrics.write({"frames": frames, **values})
@@ -110,9 +123,14 @@ class CSVSink:
         for e in episodes:
             self._episodes.write(e._asdict())
 
+    def evaluation(self, result: Evaluation) -> None:
+        for level, value in result.returns.items():
+            self._eval.write({"frames": result.frames, "level": level, "mean_return": value, "episodes": result.episodes, "video": result.video or ""})
+
     def close(self) -> None:
         self._metrics.close()
         self._episodes.close()
+        self._eval.close()
 
 
 class TensorBoardSink:
@@ -124,6 +142,8 @@ class TensorBoardSink:
 
     def metrics(self, frames: int, values: dict[str, float]) -> None:
         for key, value in values.items():
+            if key.startswith("eval/"):
+                continue  # written by evaluation() at the evaluated checkpoint's frames
             if isinstance(value, (int, float)) and math.isfinite(value):
                 # Keys with a slash are tags already (`<level>/human_normalized`, `suite/hns_median`).
                 self._writer.add_scalar(key if "/" in key else f"learner/{key}", value, frames)
@@ -133,8 +153,30 @@ class TensorBoardSink:
             self._writer.add_scalar(f"{e.level}/episode_return", e.episode_return, e.frames)
             self._writer.add_scalar(f"{e.level}/episode_frames", e.episode_frames, e.frames)
 
+    def evaluation(self, result: Evaluation) -> None:
+        # At the checkpoint's frames, not when the result arrived: the curve lines up with training's.
+        for level, value in result.returns.items():
+            self._writer.add_scalar(f"eval/{level}/return", value, result.frames)
+        if result.video:
+            # What add_image/add_video do once they have a summary (add_video's own encoder needs moviepy 1.x).
+            self._writer._get_file_writer().add_summary(gif_summary("eval/video", result.video), result.frames)
+
     def close(self) -> None:
         self._writer.close()
+
+
+def gif_summary(tag: str, mp4: str, every: int = 2, max_frames: int = 300) -> Any:
+    """A TensorBoard video (an animated GIF image summary, what SummaryWriter.add_video writes) from an
+    MP4; frames are thinned and halved in size to keep event files small. add_video itself needs
+    moviepy 1.x, which this avoids."""
+    import imageio.v2 as imageio
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    frames: list[Any] = [f[::2, ::2] for i, f in enumerate(imageio.mimread(mp4, memtest=False)) if i % every == 0][:max_frames]
+    gif = imageio.mimwrite("<bytes>", frames, format="GIF", duration=1000 * every / 30, loop=0)
+    h, w, c = frames[0].shape
+    image = Summary.Image(height=h, width=w, colorspace=c, encoded_image_string=gif)
+    return Summary(value=[Summary.Value(tag=tag, image=image)])
 
 
 class ConsoleSink:
@@ -166,6 +208,14 @@ class ConsoleSink:
         if self._bar is not None:
             self._bar.n = min(frames, self._total)
             self._bar.refresh()
+            self._bar.write(line, file=self._stream)
+        else:
+            print(line, file=self._stream, flush=True)
+
+    def evaluation(self, result: Evaluation) -> None:
+        scores = ", ".join(f"{level} {value:.2f}" for level, value in result.returns.items())
+        line = f"eval at {result.frames:,} frames ({result.episodes} greedy games per level): {scores}"
+        if self._bar is not None:
             self._bar.write(line, file=self._stream)
         else:
             print(line, file=self._stream, flush=True)
@@ -205,6 +255,9 @@ class Logger:
         if episodes:
             self._fan_out("episodes", episodes)
 
+    def evaluation(self, result: Evaluation) -> None:
+        self._fan_out("evaluation", result)
+
     def close(self) -> None:
         for sink in self.sinks:
             try:
@@ -213,6 +266,6 @@ class Logger:
                 pass  # already reported by the write that failed; closing must not hide that error
 
 
-def standard_logger(logdir: str, total_frames: int, progress: bool, resume_frames: int = 0, recent: Iterable[float] = ()) -> Logger:
+def standard_logger(logdir: str, total_frames: int, progress: bool, resume_frames: int = 0, recent: Iterable[float] = (), extra: Iterable[Sink] = ()) -> Logger:
     console = ConsoleSink(total_frames, progress, start=resume_frames, recent=recent)
-    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), console], logdir)
+    return Logger([CSVSink(logdir), TensorBoardSink(logdir, resume_frames), console, *extra], logdir)

@@ -103,3 +103,11 @@ def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: in
     fig.savefig(output, dpi=dpi)  # no bbox cropping: the PNG is exactly size * dpi pixels
     plt.close(fig)
     return output
+
+
+def write_curve(logdir: str) -> str:
+    """The run's own curve, <logdir>/curve.png; returns its path, or why it was not written."""
+    try:
+        return plot_runs([logdir], os.path.join(logdir, "curve.png"))
+    except (OSError, ValueError) as exc:  # a missing curve must not turn a finished run into a failure
+        return f"not written ({exc})"

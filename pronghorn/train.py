@@ -21,9 +21,11 @@ import torch
 from pronghorn import checkpoint
 from pronghorn.config import Config, ConfigError
 from pronghorn.envs import probe_levels
+from pronghorn.evaluate import PeriodicEvaluation
 from pronghorn.learner import Learner
 from pronghorn.logs import Episode, standard_logger, trim_csv
 from pronghorn.models import build_agent
+from pronghorn.plot import write_curve
 from pronghorn.records import Unroll
 from pronghorn.replay import build_ring, unroll_priorities
 from pronghorn.runtime import LocalRuntime
@@ -52,6 +54,7 @@ class TrainResult(NamedTuple):
     solved: bool
     interrupted: bool
     resumed_from: str | None
+    curve: str  # where the return curve was drawn, or why it was not
 
 
 def resolve_device(name: str) -> torch.device:
@@ -207,8 +210,14 @@ def train(cfg: Config) -> TrainResult:
 
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
     runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
-    logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, stats.recent_returns())
+    extra_sinks = []
+    if cfg.wandb:
+        from pronghorn.wandb_sink import WandbSink
+
+        extra_sinks.append(WandbSink(cfg, logdir))
+    logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, stats.recent_returns(), extra_sinks)
     staging: Staging | None = None
+    evaluation: PeriodicEvaluation | None = None
     solved = interrupted = False
     saved_path: str | None = None
     final_error: Exception | None = None
@@ -216,6 +225,8 @@ def train(cfg: Config) -> TrainResult:
     try:
         runtime.weights.publish(agent, learner.steps)  # actors start from the current weights
         runtime.start()
+        if cfg.eval_every:
+            evaluation = PeriodicEvaluation(cfg, logdir, learner.frames)
         staging = Staging(
             runtime.unroll_slots(),
             runtime.router,
@@ -243,6 +254,9 @@ def train(cfg: Config) -> TrainResult:
                 mean_return_100=stats.mean_return(),
             )
             row.update(stats.level_metrics())
+            if evaluation is not None:
+                evaluation.collect(logger)
+                row.update(evaluation.row())
             logger.metrics(learner.frames, row)
             interval.reset(learner.frames)
 
@@ -269,18 +283,24 @@ def train(cfg: Config) -> TrainResult:
                 runtime.check_health()  # staging only checks while it waits; a dead actor must not go unnoticed
                 log_row()
                 last_log = now
-            if now - last_ckpt >= cfg.checkpoint_secs:
+            if now - last_ckpt >= cfg.checkpoint_secs or (evaluation is not None and evaluation.due(learner.frames)):
                 saved_path = save()
                 last_ckpt = now
+                if evaluation is not None and evaluation.due(learner.frames):
+                    evaluation.submit(saved_path, learner.frames)  # evaluate's code reads a checkpoint
         solved = stats.reached(target)
-        if interval.steps:
-            log_row()  # the last partial interval, so the files end where training ended
+        if evaluation is not None:
+            evaluation.finish(logger, save, learner.frames, cfg.timeout)
+        if interval.steps or evaluation is not None:
+            log_row()  # the last partial interval (and evaluations still in flight), so the files end where training ended
     except KeyboardInterrupt:
         interrupted = True
         log.warning("interrupted: saving a checkpoint and stopping the actors")
     finally:
         if staging is not None:
             staging.close()
+        if evaluation is not None:
+            evaluation.close()
         try:
             if learner.steps and (saved is None or learner.steps > int(saved["learner"]["steps"])):
                 saved_path = save()  # before reaping the actors: a signal's grace period is short
@@ -291,7 +311,9 @@ def train(cfg: Config) -> TrainResult:
             log.error("%s", exc)
         finally:
             runtime.close()
-            logger.close()
+            # After Ctrl-C or SIGTERM, exit promptly: the curve is one `pronghorn plot` away.
+            curve = "not drawn (interrupted): run `pronghorn plot " + logdir + "`" if interrupted else write_curve(logdir)
+            logger.close()  # after the curve: the W&B sink uploads it
     if final_error is not None:
         raise final_error
     return TrainResult(
@@ -305,4 +327,5 @@ def train(cfg: Config) -> TrainResult:
         solved,
         interrupted,
         resumed_from,
+        curve,
     )

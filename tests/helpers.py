@@ -96,3 +96,39 @@ def synthetic_batches(n, T=5, B=4, seed=0):
         fields["terminated"] = torch.rand(fields["terminated"].shape, generator=g) < 0.1
         out.append(Unroll(**fields))
     return out
+
+
+def read_wandb_records(path):
+    """The protobuf records of a W&B offline run file (run-<id>.wandb), in order.
+
+    The file is ":W&B" + magic + version (7 bytes), then LevelDB-log framing: 32 KiB blocks of records,
+    each with a 7-byte header (crc32, length, type: 1 full, 2 first, 3 middle, 4 last piece)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
+    block, pos, raw, parts = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            raw.append(chunk)
+        elif kind == 2:
+            parts = chunk
+        elif kind == 3:
+            parts += chunk
+        elif kind == 4:
+            raw.append(parts + chunk)
+    records = []
+    for item in raw:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(item)
+        records.append(record)
+    return records

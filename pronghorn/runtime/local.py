@@ -34,7 +34,7 @@ class WorkerError(RuntimeError):
     """An actor process failed; the message names the actor and its last error."""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent dies, so a killed learner leaves no orphans."""
     try:
         import ctypes
@@ -47,7 +47,7 @@ def _die_with_parent() -> None:
 
 def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_conn, full_conn, stop, errors, parent: int) -> None:
     """Entry point of an actor process (spawned: imports start clean, no inherited threads)."""
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:
         return  # the parent died before the death signal was armed
     level = actor_label(cfg, index)
