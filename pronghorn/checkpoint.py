@@ -101,7 +101,7 @@ def load(path: str) -> dict:
     """Load one checkpoint; raises ValueError if it is not a complete pronghorn checkpoint."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:
+    except Exception as exc:  # truncated zip, unpickling error, ...: all mean 'unusable'
         raise ValueError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED):
         raise ValueError(f"{path} is not a pronghorn checkpoint (missing {[k for k in REQUIRED if k not in state]})")

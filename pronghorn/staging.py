@@ -162,7 +162,7 @@ class Staging:
                 self._staged += 1
         except _Stop:
             pass
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the learner thread, which raises it
             self._ready.put(exc)
 
     def _replay_step(self, host: Unroll, fresh: int, replayed: int) -> ReplaySample:

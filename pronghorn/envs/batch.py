@@ -118,13 +118,13 @@ class GymBatch:
         for attempt in range(_MAX_RECREATE_TRIES):
             try:
                 self._envs[j].close()
-            except Exception:
+            except Exception:  # closing is best effort at shutdown
                 pass  # the broken env may not close cleanly; a new one replaces it either way
             try:
                 self._envs[j] = self._factory(self.levels[j], self._seeds[j])
                 self._reset_one(j, seed=self._seeds[j] + _RECREATE_SEED_STRIDE * self.failures + attempt)
                 return
-            except Exception as again:
+            except Exception as again:  # any env error is retried a few times
                 exc = again
         raise RuntimeError(f"env {j} of level {self.levels[j]} could not be recreated after {_MAX_RECREATE_TRIES} tries: {exc!r}")
 
@@ -133,7 +133,7 @@ class GymBatch:
         for j in range(self.num_envs):
             try:
                 self._reset_one(j, seed=self._seeds[j])
-            except Exception as exc:
+            except Exception as exc:  # an env failure must not end the run
                 self._recover(j, exc)
         for field in (out.reward, out.terminated, out.truncated, out.episode_end):
             field[:] = 0

@@ -73,7 +73,7 @@ class EnvpoolBatch:
         out, stats = self._out, self._stats
         try:
             obs, reward, terminated, truncated, info = self._pool.step(actions.astype(np.int32, copy=False))
-        except Exception as exc:
+        except Exception as exc:  # the pool is recreated, its games abandoned
             self.failures += 1
             self._in_a_row += 1
             if self._in_a_row >= self._cfg.max_env_failures:

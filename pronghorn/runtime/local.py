@@ -93,7 +93,7 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
             counters.row(index),
             stopping,
         )
-    except BaseException as exc:
+    except BaseException as exc:  # reported to the learner, which stops the run
         if not stopping():
             errors.put((index, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     finally:
