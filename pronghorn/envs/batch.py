@@ -118,7 +118,7 @@ class GymBatch:
         for attempt in range(_MAX_RECREATE_TRIES):
             try:
                 self._envs[j].close()
-            except Exception:  # closing is best effort at shutdown
+            except Exception:
                 pass  # the broken env may not close cleanly; a new one replaces it either way
             try:
                 self._envs[j] = self._factory(self.levels[j], self._seeds[j])
@@ -133,7 +133,7 @@ class GymBatch:
         for j in range(self.num_envs):
             try:
                 self._reset_one(j, seed=self._seeds[j])
-            except Exception as exc:  # an env failure must not end the run
+            except Exception as exc:
                 self._recover(j, exc)
         for field in (out.reward, out.terminated, out.truncated, out.episode_end):
             field[:] = 0
@@ -147,7 +147,7 @@ class GymBatch:
         for j, env in enumerate(self._envs):
             try:
                 obs, reward, terminated, truncated, info = env.step(int(actions[j]))
-            except Exception as exc:
+            except Exception as exc:  # an env failure must not end the run
                 self._recover(j, exc)
                 out.reward[j] = 0.0
                 out.terminated[j] = True  # abandoned: no bootstrap across it, no episode counted
@@ -184,5 +184,5 @@ class GymBatch:
         for env in self._envs:
             try:
                 env.close()
-            except Exception:
+            except Exception:  # closing is best effort at shutdown
                 pass
