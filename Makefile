@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test lint wheel bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
+.PHONY: setup train test test-cluster lint wheel bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[envpool,minatar,wandb,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[envpool,minatar,wandb,ray,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -27,6 +27,10 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The simulated two-node Ray cluster tests (tests/test_ray.py, marked `cluster`).
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
 
 # ruff (lint rules and formatting) and mypy, as configured in pyproject.toml; .ci/run runs it before the tests.
 lint: $(STAMP)

@@ -87,6 +87,8 @@ RESUMABLE_CHANGES = frozenset(
         "replay_max_gb",
         "eval_every",
         "eval_episodes",
+        "runtime",
+        "ray_address",
         "wandb",
         "wandb_project",
         "wandb_entity",
@@ -213,6 +215,10 @@ class Config:
     """Save the replay ring in every checkpoint (large: its size is printed) so a resumed run replays from where it stopped; without it a resumed run refills the ring."""
 
     # --- run -----------------------------------------------------------------------------------
+    runtime: Literal["local", "ray"] = "local"
+    """Where actors run: `local` (processes on this machine, shared memory) or `ray` (Ray actors on any node of a Ray cluster; needs `pip install 'pronghorn[ray]'`)."""
+    ray_address: str | None = None
+    """With --runtime ray: the cluster to join (`auto`, or HEAD:6379); default: a private Ray instance on this machine (loopback, no dashboard), shut down at the end."""
     deterministic: bool = False
     """Lock-step mode: every update takes the same number of unrolls from each actor, in actor order, made with the weights of exactly one update before; with deterministic torch settings two runs with the same seed give identical episodes and weights (slower)."""
     seed: int = 0
@@ -297,6 +303,16 @@ class Config:
         need(self.eval_every >= 0, f"--eval-every is {self.eval_every}: give a frame count, or 0 for no evaluation")
         need(self.eval_episodes >= 1, f"--eval-episodes is {self.eval_episodes}: it must be at least 1")
         need(self.eval_every > 0 or not self.eval_video, "--eval-video records the evaluations of --eval-every: set --eval-every too")
+        if self.runtime == "ray":
+            import importlib.util
+
+            try:
+                found = importlib.util.find_spec("ray") is not None  # not imported here: runtime/ray_runtime.py sets Ray's environment first
+            except ValueError:  # sys.modules["ray"] is None: blocked
+                found = False
+            need(found, "--runtime ray needs Ray: pip install 'pronghorn[ray]' (or pip install ray)")
+            need(not self.deterministic, "--deterministic is not supported with --runtime ray (its lock-step needs shared memory): drop one of them")
+        need(self.runtime == "ray" or self.ray_address is None, "--ray-address is for --runtime ray: add --runtime ray or drop --ray-address")
         if self.wandb:
             try:
                 import wandb  # noqa: F401  (only whether it imports)

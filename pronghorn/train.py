@@ -209,7 +209,12 @@ def train(cfg: Config) -> TrainResult:
         return checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
 
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
-    runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
+    if cfg.runtime == "ray":
+        from pronghorn.runtime.ray_runtime import RayRuntime
+
+        runtime: LocalRuntime | RayRuntime = RayRuntime(actor_cfg, spec, num_params, agent.core_size)
+    else:
+        runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
     extra_sinks = []
     if cfg.wandb:
         from pronghorn.wandb_sink import WandbSink
@@ -253,6 +258,7 @@ def train(cfg: Config) -> TrainResult:
                 episodes=stats.episodes,
                 mean_return_100=stats.mean_return(),
             )
+            row.update(runtime.metrics())
             row.update(stats.level_metrics())
             if evaluation is not None:
                 evaluation.collect(logger)

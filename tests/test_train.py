@@ -113,6 +113,8 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         (["--replay-fraction", "0.5", "--replay-capacity", "10"], "--replay-capacity 10 is smaller than a batch"),
         (["--replay-fraction", "0.5", "--replay-max-gb", "0.0001"], "over --replay-max-gb 0.0001: lower --replay-capacity to"),
         (["--replay-sampling", "best"], "--replay-sampling"),
+        (["--runtime", "ray", "--deterministic"], "--deterministic is not supported with --runtime ray"),
+        (["--ray-address", "auto"], "--ray-address is for --runtime ray"),
         (["--eval-video"], "--eval-video records the evaluations of --eval-every: set --eval-every too"),
         (["--eval-every", "10k", "--eval-episodes", "0"], "--eval-episodes is 0: it must be at least 1"),
         (["--eval-every", "often"], "--eval-every: cannot read 'often'"),

@@ -199,6 +199,10 @@ class LocalRuntime:
     def alive(self) -> int:
         return sum(p is not None and p.is_alive() for p in self.actors)
 
+    def metrics(self) -> dict[str, float]:
+        """Runtime columns for metrics.csv (the Ray runtime adds its requests in flight)."""
+        return {"actors_alive": float(self.alive())}
+
     def check_health(self) -> None:
         """Raise WorkerError if an actor reported an error (deaths are handled by the router: restarts)."""
         self._reported_error()

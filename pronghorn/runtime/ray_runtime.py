@@ -1,0 +1,319 @@
+"""Actors on Ray (`--runtime ray`): the same `run_actor` loop and the same learner, actors on any node.
+
+Pull, not push. Each pronghorn actor is one Ray actor (1 CPU, spread over the nodes) running the unchanged
+`run_actor` in a thread over K local slots. The learner's pump thread keeps at most K requests in flight
+per actor and makes one only when a learner-side slot is free to receive its unroll: that is the
+backpressure, and it bounds what waits in Ray's object store to about N*K unrolls. Each request carries
+a reference to the newest weights (one `ray.put` per publish, shared by every request), so policy lag
+is measured as in the local runtime. A result is copied into the learner-side slot reserved for it and
+its reference dropped at once; staging reads those slots exactly as it reads shared memory locally.
+
+Faults: a request whose actor died (killed, node lost) raises a Ray actor error; its slot is freed, the
+death is counted once (`actor_restarts`), and Ray restarts the actor (max_restarts=-1), elsewhere if
+its node is gone. pronghorn's crash-loop rule (--max-actor-restarts within 60 s) applies on top. An
+actor whose env loop raised (e.g. --max-env-failures exceeded) fails its request with the error,
+which stops training with that message, as locally.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from pronghorn.actor import actor_label
+from pronghorn.config import Config, resolved
+from pronghorn.envs import EnvSpec
+from pronghorn.records import Unroll, unroll_spec, zeros_unroll
+from pronghorn.runtime.local import _CRASH_WINDOW, WorkerError
+
+# Ray otherwise rewrites 127.0.0.1 to the machine's interface address (see MACHINE-FACTS); set before ray is imported.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+log = logging.getLogger("pronghorn")
+
+IN_FLIGHT = 2  # K: requests in flight per actor (one being filled, one queued behind it)
+
+
+class _LocalWeights:
+    """The WeightSource inside a Ray actor: the newest weights a request brought."""
+
+    def __init__(self) -> None:
+        self._flat: np.ndarray | None = None
+        self._version = -1
+        self._ready = threading.Event()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def offer(self, flat: np.ndarray, version: int) -> None:
+        if version > self._version:
+            self._flat, self._version = flat, version
+            self._ready.set()
+
+    def load_into(self, model: torch.nn.Module, timeout: float) -> int:
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"waited {timeout:.0f} s for the learner's first weights")
+        version, flat = self._version, self._flat
+        assert flat is not None
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(flat), list(model.parameters()))
+        return version
+
+    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:
+        raise RuntimeError("--deterministic is not supported with --runtime ray")
+
+
+class _FreeSlots:
+    """run_actor's slot source inside a Ray actor: the local slots that requests hand in."""
+
+    def __init__(self, host: ActorHost):
+        self._host = host
+
+    def get(self) -> int | None:
+        while not self._host.stopped:
+            try:
+                return self._host.free.get(timeout=0.5)
+            except queue.Empty:
+                continue
+        return None
+
+
+class ActorHost:
+    """The body of one Ray actor: a `run_actor` thread over K local slots, fed by `unroll` calls."""
+
+    def __init__(self, index: int, cfg: Config, spec: EnvSpec, core_size: int):
+        import torch as _torch
+
+        _torch.set_num_threads(1)
+        self.index, self.cfg, self.spec = index, cfg, spec
+        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        self.slots = [zeros_unroll(layout) for _ in range(IN_FLIGHT)]
+        self._idle: queue.Queue[int] = queue.Queue()
+        for i in range(IN_FLIGHT):
+            self._idle.put(i)
+        self.free: queue.Queue[int] = queue.Queue()
+        self._full: queue.Queue[int] = queue.Queue()
+        self.weights = _LocalWeights()
+        self.counters = np.zeros(3, np.int64)  # env_failures, unrolls, steps
+        self.stopped = False
+        self._error: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    def _loop(self) -> None:
+        from pronghorn.actor import run_actor
+
+        try:
+            run_actor(self.index, self.cfg, self.spec, self.slots, _FreeSlots(self), self._full, self.weights, self.counters, lambda: self.stopped)
+        except BaseException as exc:  # handed to the next request, which fails with it
+            self._error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+    def unroll(self, version: int, flat: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
+        """One unroll made with weights no older than `version`; returns its fields and the env failures so far."""
+        self.weights.offer(flat, version)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="pronghorn-actor-loop", daemon=True)
+            self._thread.start()
+        self.free.put(self._idle.get())
+        deadline = time.monotonic() + self.cfg.timeout
+        while True:
+            if self._error is not None:
+                raise RuntimeError(self._error)
+            try:
+                slot = self._full.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"actor {self.index} made no unroll in {self.cfg.timeout:.0f} s") from None
+        data = {name: t.numpy().copy() for name, t in zip(Unroll._fields, self.slots[slot])}  # the slot is reused next
+        self._idle.put(slot)
+        return data, int(self.counters[0])
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class _Weights:
+    """publish(): the flat weights put once in the object store; every request refers to them."""
+
+    def __init__(self) -> None:
+        self.ref: Any = None
+        self.version = -1
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        import ray
+
+        flat = torch.nn.utils.parameters_to_vector([p.detach().cpu() for p in model.parameters()]).numpy()
+        self.ref, self.version = ray.put(flat), version
+
+
+class _Router:
+    """Learner-side slots: staging gets full ones, puts copied-out ones back for the pump to reserve."""
+
+    def __init__(self, num_slots: int) -> None:
+        self.full: queue.Queue[int] = queue.Queue()
+        self.free: queue.Queue[int] = queue.Queue()
+        for i in range(num_slots):
+            self.free.put(i)
+
+    def get(self, timeout: float) -> int:
+        return self.full.get(timeout=timeout)
+
+    def put(self, index: int) -> None:
+        self.free.put(index)
+
+
+class RayRuntime:
+    """The local runtime's interface (weights, router, slots, health, restarts, close) over Ray actors."""
+
+    def __init__(self, cfg: Config, spec: EnvSpec, num_params: int, core_size: int):
+        import ray
+
+        self.cfg, self._spec, self._core_size = cfg, spec, core_size
+        self._own_ray = not ray.is_initialized()
+        if self._own_ray:
+            if cfg.ray_address:
+                ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False)
+            else:  # a private instance on loopback, no dashboard, gone when training ends
+                ray.init(num_cpus=cfg.num_actors, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        self.num_slots = max(cfg.buffer_slots, cfg.batch_slots + IN_FLIGHT * cfg.num_actors)
+        self._slots = [zeros_unroll(layout) for _ in range(self.num_slots)]
+        self.router = _Router(self.num_slots)
+        self.weights = _Weights()
+        self.actors: list[Any] = []
+        self.restarts = 0
+        self._restart_times: list[collections.deque[float]] = [collections.deque() for _ in range(cfg.num_actors)]
+        self._down = [False] * cfg.num_actors  # a death counted, no unroll from it since
+        self._failures = [0] * cfg.num_actors
+        self._in_flight: dict[Any, tuple[int, int]] = {}  # request ref -> (actor, learner slot)
+        self.max_in_flight = 0
+        self._fatal: BaseException | None = None
+        self._stop = threading.Event()
+        self._pump: threading.Thread | None = None
+        self.nodes: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        import ray
+
+        remote = ray.remote(ActorHost).options(num_cpus=1, max_restarts=-1, max_task_retries=0, max_concurrency=IN_FLIGHT + 1, scheduling_strategy="SPREAD")
+        self.actors = [remote.remote(i, self.cfg, self._spec, self._core_size) for i in range(self.cfg.num_actors)]
+        self.nodes = ray.get([a.where.remote() for a in self.actors], timeout=self.cfg.timeout)
+        addresses = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        for i, where in enumerate(self.nodes):
+            where["address"] = addresses.get(where["node_id"], "?")
+            log.info("actor %d (%s) pid %d on node %s at %s", i, actor_label(self.cfg, i), where["pid"], where["node_id"][:12], where["address"])
+        self._pump = threading.Thread(target=self._run_pump, name="pronghorn-ray-pump", daemon=True)
+        self._pump.start()
+
+    def unroll_slots(self) -> list[Unroll]:
+        return self._slots
+
+    def _run_pump(self) -> None:
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+        try:
+            while not self._stop.is_set():
+                self._submit()
+                if not self._in_flight:
+                    time.sleep(0.01)
+                    continue
+                ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=0.1)
+                for ref in ready:
+                    actor, slot = self._in_flight.pop(ref)
+                    try:
+                        data, failures = ray.get(ref)
+                    except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+                        self.router.free.put(slot)  # the unroll is lost whole; the slot goes back
+                        self._actor_down(actor, exc)
+                        continue
+                    except RayTaskError as exc:
+                        raise WorkerError(f"actor {actor} ({actor_label(self.cfg, actor)}) failed: {exc.cause or exc}") from None
+                    del ref  # drop the reference now: the object store frees the unroll
+                    target = self._slots[slot]
+                    for name, t in zip(Unroll._fields, target):
+                        t.numpy()[...] = data[name]  # a copy: Ray's arrays are read-only views of the object store
+                    self._failures[actor] = failures
+                    if self._down[actor]:
+                        self._down[actor] = False
+                        log.info("actor %d (%s) delivers again", actor, actor_label(self.cfg, actor))
+                    self.router.full.put(slot)
+        except BaseException as exc:  # handed to the learner through check_health
+            self._fatal = exc
+
+    def _submit(self) -> None:
+        per_actor = collections.Counter(a for a, _ in self._in_flight.values())
+        for i, actor in enumerate(self.actors):
+            while per_actor[i] < IN_FLIGHT:
+                try:
+                    slot = self.router.free.get_nowait()
+                except queue.Empty:
+                    return  # backpressure: no learner-side slot to receive another unroll
+                ref = actor.unroll.remote(self.weights.version, self.weights.ref)
+                self._in_flight[ref] = (i, slot)
+                per_actor[i] += 1
+        self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
+
+    def _actor_down(self, i: int, exc: BaseException) -> None:
+        if self._down[i]:
+            return  # further failed requests of the same death (or calls while Ray restarts it)
+        self._down[i] = True
+        now = time.monotonic()
+        times = self._restart_times[i]
+        times.append(now)
+        while times and now - times[0] > _CRASH_WINDOW:
+            times.popleft()
+        node = self.nodes[i]["node_id"][:12] if i < len(self.nodes) else "?"
+        if len(times) > self.cfg.max_actor_restarts:
+            raise WorkerError(
+                f"actor {i} ({actor_label(self.cfg, i)}) died {len(times)} times within {_CRASH_WINDOW:.0f} s: a crash loop; raise --max-actor-restarts"
+            )
+        self.restarts += 1
+        log.warning(
+            "actor %d (%s, node %s) died (%s); its unrolls in flight are dropped, Ray restarts it", i, actor_label(self.cfg, i), node, type(exc).__name__
+        )
+
+    def check_health(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    def alive(self) -> int:
+        return sum(not d for d in self._down)
+
+    def full_occupancy(self) -> float:
+        return self.router.full.qsize() / self.num_slots
+
+    def env_failures(self) -> int:
+        return sum(self._failures)
+
+    def metrics(self) -> dict[str, float]:
+        """Runtime columns for metrics.csv: actors delivering, and unroll requests in flight (at most N*K)."""
+        return {"actors_alive": float(self.alive()), "unrolls_in_flight": float(len(self._in_flight)), "unrolls_in_flight_max": float(self.max_in_flight)}
+
+    def close(self, timeout: float = 5.0) -> None:
+        import ray
+
+        self._stop.set()
+        if self._pump is not None:
+            self._pump.join(timeout)
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+        self.actors, self._in_flight = [], {}
+        if self._own_ray:
+            ray.shutdown()

@@ -1,0 +1,150 @@
+"""--runtime ray: a private Ray instance on loopback, and a simulated two-node cluster on this machine.
+
+Every address is loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray from rewriting 127.0.0.1 to the
+interface address). The cluster tests are marked `cluster` (about two minutes): `.ci/run` runs them
+after the main suite; `make test-cluster` alone."""
+
+import datetime
+import os
+import re
+import signal
+import subprocess
+import time
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere in this process
+
+import psutil
+import pytest
+
+from tests.helpers import CLI, ENV, assert_no_leaks, pronghorn_segments, read_csv
+
+RAY_ENV = {**ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+ACTOR_LINE = re.compile(r"actor (\d+) \(CartPole-v1\) pid (\d+) on node (\w+) at ([\d.]+)")
+
+
+def _ray_daemons() -> set[int]:
+    found = set()
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "raylet" in cmd or "gcs_server" in cmd or cmd.startswith("ray::"):
+            found.add(p.pid)
+    return found
+
+
+def _train(args, timeout=300):
+    proc = subprocess.run(
+        CLI + ["train", "--runtime", "ray", "--no-progress", "--log-interval", "1", *args], capture_output=True, text=True, env=RAY_ENV, timeout=timeout
+    )
+    return proc
+
+
+def test_a_private_ray_instance_trains_on_loopback_and_leaves_nothing_behind(tmp_path):
+    before = _ray_daemons()
+    proc = _train(["--logdir", str(tmp_path / "private"), "--total-frames", "60k", "--stop-at-return", "1e9"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    actors = ACTOR_LINE.findall(proc.stderr)
+    assert len(actors) == 2 and all(address == "127.0.0.1" for *_, address in actors)
+    rows = read_csv(tmp_path / "private" / "metrics.csv")
+    assert int(rows[-1]["frames"]) >= 60_000 and float(rows[-1]["actors_alive"]) == 2
+    assert max(float(r["unrolls_in_flight_max"]) for r in rows) <= 2 * 2  # N actors x K requests
+    deadline = time.monotonic() + 15
+    while _ray_daemons() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_daemons() - before, "Ray processes left running"
+    assert not os.path.exists("/tmp/ray/ray_current_cluster") or os.path.getmtime("/tmp/ray/ray_current_cluster") < time.time() - 3600
+    assert_no_leaks()
+
+
+def _assert_run_left_nothing() -> None:
+    """The cluster's own daemons stay up for the module; the run's Ray actors and segments must be gone."""
+    deadline = time.monotonic() + 15
+    while True:
+        actors = [p.pid for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []).startswith("ray::ActorHost")]
+        if not actors and not pronghorn_segments():
+            return
+        assert time.monotonic() < deadline, f"the run left Ray actors {actors} or segments {pronghorn_segments()}"
+        time.sleep(0.5)
+
+
+def test_without_ray_installed_runtime_ray_exits_2_with_one_line(tmp_path):
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None  # as if it were not installed\n")
+    env = {**RAY_ENV, "PYTHONPATH": f"{hide}{os.pathsep}{ENV['PYTHONPATH']}"}
+    proc = subprocess.run(CLI + ["train", "--runtime", "ray", "--logdir", str(tmp_path / "x")], capture_output=True, text=True, env=env, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and lines == ["pronghorn: error: --runtime ray needs Ray: pip install 'pronghorn[ray]' (or pip install ray)"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    store = 200 * 2**20  # explicit: simulated nodes otherwise get a small default
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store, "include_dashboard": False})
+    c.add_node(num_cpus=1, object_store_memory=store)
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
+
+
+@pytest.mark.cluster
+def test_actors_spread_over_two_nodes_and_cartpole_is_solved(cluster, tmp_path):
+    proc = _train(["--ray-address", cluster.address, "--logdir", str(tmp_path / "spread"), "--total-frames", "500k"])
+    assert proc.returncode == 0 and "solved after" in proc.stdout, proc.stderr[-3000:]
+    actors = ACTOR_LINE.findall(proc.stderr)
+    assert len({node for _, _, node, _ in actors}) == 2 and all(address == "127.0.0.1" for *_, address in actors)
+    rows = read_csv(tmp_path / "spread" / "metrics.csv")
+    assert float(rows[-1]["mean_return_100"]) >= 475 and max(float(r["unrolls_in_flight_max"]) for r in rows) <= 4
+    _assert_run_left_nothing()
+
+
+@pytest.mark.cluster
+def test_a_sigkilled_actor_is_restarted_and_training_reaches_its_target(cluster, tmp_path):
+    logdir = tmp_path / "kill"
+    proc = subprocess.Popen(
+        CLI
+        + [
+            "train",
+            "--runtime",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            "--log-interval",
+            "0.5",
+            "--total-frames",
+            "500k",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=RAY_ENV,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        victims = [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []).startswith("ray::ActorHost")]
+        assert victims, "no Ray actor process found"
+        killed_at, killed_wall = time.monotonic(), time.time()
+        os.kill(victims[0].pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "solved after" in out, err[-3000:]
+    assert re.search(r"actor \d \(CartPole-v1, node \w+\) died \(\w+\); its unrolls in flight are dropped, Ray restarts it", err), err[-3000:]
+    stamps = {}
+    for line in err.splitlines():
+        for event in ("died", "delivers again"):
+            if f" {event}" in line and event not in stamps:
+                stamps[event] = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    assert stamps["died"] - killed_wall < 5, "the death was noticed late"
+    assert stamps["delivers again"] - stamps["died"] < 15, "the restarted actor took too long to deliver"
+    rows = read_csv(logdir / "metrics.csv")
+    assert int(float(rows[-1]["actor_restarts"])) == 1 and float(rows[-1]["actors_alive"]) == 2
+    assert time.monotonic() - killed_at < 300
+    _assert_run_left_nothing()
