@@ -9,6 +9,11 @@ then pronghorn end to end (actors + staging + learner) and the ratio of its trai
 Each component is timed on one thread, as the actors and (on 2 cores) the learner run.
 
   .venv/bin/python benchmarks/throughput.py [--only cartpole|cartpole-e32|pong-envpool|pong-gymnasium]
+  .venv/bin/python benchmarks/throughput.py --runtime ray --only cartpole-e32 --only pong-envpool
+
+With --runtime ray it also trains each setting on Ray, on a private one-node instance and on a simulated
+two-node cluster (ray.cluster_utils, one CPU per node), and prints frames/s, mean policy lag and the
+ratio to the local runtime.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,7 +100,8 @@ def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
     return {"env": env_cost, "inference": infer_cost, "learner": learn_cost}
 
 
-def end_to_end(cfg: Config, frames: int) -> float:
+def end_to_end(cfg: Config, frames: int, with_lag: bool = False) -> Any:
+    """Steady-state training frames/s (and, with_lag, the mean policy lag over the same rows)."""
     with tempfile.TemporaryDirectory() as logdir, contextlib.redirect_stderr(io.StringIO()):
         result = train(Config(**{**cfg.__dict__, "total_frames": frames, "logdir": logdir, "progress": False, "log_interval": 2.0, "stop_at_return": 1e12}))
         with open(os.path.join(logdir, "metrics.csv")) as f:
@@ -102,8 +109,31 @@ def end_to_end(cfg: Config, frames: int) -> float:
     # Steady state: skip the first rows (process start-up, first weights), then frames over time.
     rows = rows[max(1, len(rows) // 4) :]
     if len(rows) < 2:
-        return result.frames / result.wall_time
-    return (float(rows[-1]["frames"]) - float(rows[0]["frames"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
+        fps = result.frames / result.wall_time
+    else:
+        fps = (float(rows[-1]["frames"]) - float(rows[0]["frames"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
+    lag = sum(float(r["policy_lag_mean"]) for r in rows) / max(1, len(rows))
+    return (fps, lag) if with_lag else fps
+
+
+def ray_comparison(cfg: Config, frames: int) -> str:
+    """Local vs Ray on one node vs Ray on two simulated nodes: frames/s, mean policy lag, ratios."""
+    from ray.cluster_utils import Cluster
+
+    local, lag = end_to_end(cfg, frames, with_lag=True)
+    one, lag1 = end_to_end(dataclasses.replace(cfg, runtime="ray"), frames, with_lag=True)
+    store = 300 * 2**20
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1, object_store_memory=store)
+        cluster.wait_for_nodes()
+        two, lag2 = end_to_end(dataclasses.replace(cfg, runtime="ray", ray_address=cluster.address), frames, with_lag=True)
+    finally:
+        cluster.shutdown()
+    return (
+        f"local {local:9,.0f} fps (lag {lag:.2f}) | ray, 1 node {one:9,.0f} fps (lag {lag1:.2f}, {one / local:.2f}x)"
+        f" | ray, 2 simulated nodes {two:9,.0f} fps (lag {lag2:.2f}, {two / local:.2f}x)"
+    )
 
 
 def main() -> None:
@@ -113,7 +143,10 @@ def main() -> None:
     parser.add_argument("--e2e-seconds", type=float, default=45.0, help="approximate length of each end-to-end run")
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--deterministic-cost", action="store_true", help="also run end to end with --deterministic and print its fps / normal fps")
+    parser.add_argument("--runtime", choices=("local", "ray"), default="local", help="ray: also compare the Ray runtime (1 node, 2 simulated nodes)")
     args = parser.parse_args()
+    if args.runtime == "ray":
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, before Ray is imported
     cores = os.cpu_count() or 1
     tune_malloc()  # the learner process does the same
     torch.set_num_threads(1)
@@ -139,6 +172,8 @@ def main() -> None:
             torch.set_num_threads(1)
             line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
         print(line, flush=True)
+        if args.runtime == "ray":
+            print(f"{name:15s} {ray_comparison(cfg, frames)}", flush=True)
     print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit")
 
 

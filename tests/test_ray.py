@@ -55,6 +55,12 @@ def test_a_private_ray_instance_trains_on_loopback_and_leaves_nothing_behind(tmp
     assert_no_leaks()
 
 
+def _logged_at(err: str, text: str) -> float:
+    """Wall time of the first log line containing `text` (lines start with logging's asctime)."""
+    line = next(line for line in err.splitlines() if text in line)
+    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
 def _assert_run_left_nothing() -> None:
     """The cluster's own daemons stay up for the module; the run's Ray actors and segments must be gone."""
     deadline = time.monotonic() + 15
@@ -82,7 +88,8 @@ def cluster():
 
     store = 200 * 2**20  # explicit: simulated nodes otherwise get a small default
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store, "include_dashboard": False})
-    c.add_node(num_cpus=1, object_store_memory=store)
+    c.worker = c.add_node(num_cpus=1, object_store_memory=store)
+    c.store = store
     c.wait_for_nodes()
     yield c
     c.shutdown()
@@ -137,14 +144,53 @@ def test_a_sigkilled_actor_is_restarted_and_training_reaches_its_target(cluster,
             proc.kill()
     assert proc.returncode == 0 and "solved after" in out, err[-3000:]
     assert re.search(r"actor \d \(CartPole-v1, node \w+\) died \(\w+\); its unrolls in flight are dropped, Ray restarts it", err), err[-3000:]
-    stamps = {}
-    for line in err.splitlines():
-        for event in ("died", "delivers again"):
-            if f" {event}" in line and event not in stamps:
-                stamps[event] = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    assert stamps["died"] - killed_wall < 5, "the death was noticed late"
-    assert stamps["delivers again"] - stamps["died"] < 15, "the restarted actor took too long to deliver"
+    assert _logged_at(err, " died") - killed_wall < 5, "the death was noticed late"
+    assert _logged_at(err, " delivers again") - _logged_at(err, " died") < 15, "the restarted actor took too long to deliver"
     rows = read_csv(logdir / "metrics.csv")
     assert int(float(rows[-1]["actor_restarts"])) == 1 and float(rows[-1]["actors_alive"]) == 2
     assert time.monotonic() - killed_at < 300
+    _assert_run_left_nothing()
+
+
+@pytest.mark.cluster
+def test_losing_a_node_mid_run_the_actor_comes_back_when_a_node_is_added(cluster, tmp_path):
+    # Last in the module: it replaces the cluster's worker node.
+    logdir = tmp_path / "node"
+    proc = subprocess.Popen(
+        CLI
+        + [
+            "train",
+            "--runtime",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            "--log-interval",
+            "0.5",
+            "--total-frames",
+            "500k",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=RAY_ENV,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cluster.remove_node(cluster.worker)  # its actor dies with it; the head's one CPU is taken by the other actor
+        time.sleep(3.0)
+        cluster.worker = cluster.add_node(num_cpus=1, object_store_memory=cluster.store)  # somewhere to restart it
+        added = time.time()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "solved after" in out, err[-3000:]
+    assert _logged_at(err, " delivers again") - added < 30, "the lost actor did not come back within 30 s of a node being added"
+    rows = read_csv(logdir / "metrics.csv")
+    assert int(float(rows[-1]["actor_restarts"])) == 1 and float(rows[-1]["actors_alive"]) == 2
     _assert_run_left_nothing()
