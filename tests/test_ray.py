@@ -13,9 +13,12 @@ import time
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere in this process
 
+import numpy as np
 import psutil
 import pytest
 
+from pronghorn.models import Agent
+from pronghorn.records import unroll_spec
 from tests.helpers import CLI, ENV, assert_no_leaks, pronghorn_segments, read_csv
 
 RAY_ENV = {**ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -103,6 +106,14 @@ def test_actors_spread_over_two_nodes_and_cartpole_is_solved(cluster, tmp_path):
     assert len({node for _, _, node, _ in actors}) == 2 and all(address == "127.0.0.1" for *_, address in actors)
     rows = read_csv(tmp_path / "spread" / "metrics.csv")
     assert float(rows[-1]["mean_return_100"]) >= 475 and max(float(r["unrolls_in_flight_max"]) for r in rows) <= 4
+    # Object store use stays within N*K unrolls + 2 weight copies + 10 %, and nothing spills. (CartPole's
+    # unrolls are small enough that Ray may keep them out of the shared store altogether.)
+    layout = unroll_spec(20, 8, (4,), np.float32, 2, 0)  # CartPole's defaults: T=20, 8 envs per actor
+    unroll_mib = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout) / 2**20
+    weights_mib = 4 * sum(p.numel() for p in Agent((4,), 2).parameters()) / 2**20
+    used = [float(r["object_store_mib"]) for r in rows if r["object_store_mib"] not in ("", "nan")]
+    assert used and max(used) <= 1.1 * (2 * 2 * unroll_mib + 2 * weights_mib) + 1.0  # MiB figures are rounded to whole MiB
+    assert all(float(r["object_store_spilled_mib"]) == 0 for r in rows)
     _assert_run_left_nothing()
 
 
@@ -149,6 +160,66 @@ def test_a_sigkilled_actor_is_restarted_and_training_reaches_its_target(cluster,
     rows = read_csv(logdir / "metrics.csv")
     assert int(float(rows[-1]["actor_restarts"])) == 1 and float(rows[-1]["actors_alive"]) == 2
     assert time.monotonic() - killed_at < 300
+    _assert_run_left_nothing()
+
+
+@pytest.mark.cluster
+def test_a_killed_learner_resumes_with_the_same_command_and_new_actors(cluster, tmp_path):
+    logdir = tmp_path / "learner"
+    command = CLI + [
+        "train",
+        "--runtime",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--logdir",
+        str(logdir),
+        "--no-progress",
+        "--log-interval",
+        "0.5",
+        "--total-frames",
+        "500k",
+        "--checkpoint-secs",
+        "2",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((logdir / "checkpoints").glob("ckpt-*.pt")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)  # no checkpoint on the way out, no goodbye to Ray
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _assert_run_left_nothing()  # Ray reaps the actors of a driver that died
+    again = subprocess.run(command, capture_output=True, text=True, env=RAY_ENV, timeout=300)
+    assert again.returncode == 0 and "pronghorn: solved (resumed from" in again.stdout, again.stderr[-3000:]
+    assert len(ACTOR_LINE.findall(again.stderr)) == 2
+    _assert_run_left_nothing()
+
+
+@pytest.mark.cluster
+def test_in_flight_unrolls_that_cannot_fit_the_object_store_are_refused(cluster, tmp_path):
+    proc = _train(
+        [
+            "--ray-address",
+            cluster.address,
+            "--logdir",
+            str(tmp_path / "big"),
+            "--env",
+            "ALE/Pong-v5",
+            "--envs-per-actor",
+            "64",
+            "--unroll-length",
+            "100",
+            "--batch-size",
+            "64",
+        ]
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("pronghorn: error:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert re.search(r"2 actors x 2 unrolls in flight of [\d.]+ MiB need [\d,]+ MiB of Ray object store, but the cluster has 400 MiB", lines[0])
     _assert_run_left_nothing()
 
 

@@ -21,6 +21,7 @@ import collections
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from typing import Any
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from pronghorn.actor import actor_label
-from pronghorn.config import Config, resolved
+from pronghorn.config import Config, ConfigError, resolved
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec, zeros_unroll
 from pronghorn.runtime.local import _CRASH_WINDOW, WorkerError
@@ -189,6 +190,20 @@ class RayRuntime:
             else:  # a private instance on loopback, no dashboard, gone when training ends
                 ray.init(num_cpus=cfg.num_actors, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
         layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        self.unroll_bytes = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout)
+        self.weight_bytes = 4 * num_params
+        # What can wait in the object store at once: N*K unrolls and two weight copies (the newest and the
+        # one requests still in flight refer to). Refuse a cluster whose store cannot hold that.
+        need = cfg.num_actors * IN_FLIGHT * self.unroll_bytes + 2 * self.weight_bytes
+        store = ray.cluster_resources().get("object_store_memory", float("inf"))
+        if need > store:
+            if self._own_ray:
+                ray.shutdown()
+            raise ConfigError(
+                f"{cfg.num_actors} actors x {IN_FLIGHT} unrolls in flight of {self.unroll_bytes / 2**20:.1f} MiB need {need / 2**20:,.0f} MiB "
+                f"of Ray object store, but the cluster has {store / 2**20:,.0f} MiB: use fewer --num-actors or --envs-per-actor, or start Ray with "
+                f"a larger --object-store-memory"
+            )
         self.num_slots = max(cfg.buffer_slots, cfg.batch_slots + IN_FLIGHT * cfg.num_actors)
         self._slots = [zeros_unroll(layout) for _ in range(self.num_slots)]
         self.router = _Router(self.num_slots)
@@ -204,6 +219,8 @@ class RayRuntime:
         self._stop = threading.Event()
         self._pump: threading.Thread | None = None
         self.nodes: list[dict[str, Any]] = []
+        self.store_mib = float("nan")  # Ray object store in use, cluster-wide (read by the pump every few seconds)
+        self.spilled_mib = 0.0
 
     def start(self) -> None:
         import ray
@@ -225,8 +242,12 @@ class RayRuntime:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
+        last_read = 0.0
         try:
             while not self._stop.is_set():
+                if time.monotonic() - last_read > 2.0:
+                    self._read_store()
+                    last_read = time.monotonic()
                 self._submit()
                 if not self._in_flight:
                     time.sleep(0.01)
@@ -253,6 +274,19 @@ class RayRuntime:
                     self.router.full.put(slot)
         except BaseException as exc:  # handed to the learner through check_health
             self._fatal = exc
+
+    def _read_store(self) -> None:
+        """Object store use from Ray's memory summary (an internal API: NaN if it changes)."""
+        try:
+            from ray._private.internal_api import memory_summary
+
+            text = memory_summary(stats_only=True)
+            used = re.search(r"Plasma memory usage ([\d.]+) MiB", text)
+            spilled = re.search(r"Spilled ([\d.]+) MiB", text)
+            self.store_mib = float(used.group(1)) if used else float("nan")
+            self.spilled_mib = float(spilled.group(1)) if spilled else 0.0
+        except Exception:  # a diagnostic: never a reason to stop training
+            self.store_mib = float("nan")
 
     def _submit(self) -> None:
         per_actor = collections.Counter(a for a, _ in self._in_flight.values())
@@ -301,7 +335,13 @@ class RayRuntime:
 
     def metrics(self) -> dict[str, float]:
         """Runtime columns for metrics.csv: actors delivering, and unroll requests in flight (at most N*K)."""
-        return {"actors_alive": float(self.alive()), "unrolls_in_flight": float(len(self._in_flight)), "unrolls_in_flight_max": float(self.max_in_flight)}
+        return {
+            "actors_alive": float(self.alive()),
+            "unrolls_in_flight": float(len(self._in_flight)),
+            "unrolls_in_flight_max": float(self.max_in_flight),
+            "object_store_mib": self.store_mib,
+            "object_store_spilled_mib": self.spilled_mib,
+        }
 
     def close(self, timeout: float = 5.0) -> None:
         import ray
