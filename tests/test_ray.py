@@ -75,6 +75,16 @@ def _assert_run_left_nothing() -> None:
         time.sleep(0.5)
 
 
+def test_env_failures_inside_ray_actors_are_counted_and_a_row_of_them_stops_training(tmp_path):
+    flaky = _train(["--env", "tests.flaky_env:FlakyCartPole-v0", "--logdir", str(tmp_path / "flaky"), "--total-frames", "30k", "--stop-at-return", "1e9"])
+    assert flaky.returncode == 0, flaky.stderr[-3000:]
+    assert int(float(read_csv(tmp_path / "flaky" / "metrics.csv")[-1]["env_failures"])) > 0  # recreated and counted, training went on
+    broken = _train(["--env", "tests.flaky_env:AlwaysFailing-v0", "--logdir", str(tmp_path / "broken"), "--max-env-failures", "3"])
+    last = broken.stderr.strip().splitlines()[-1]
+    assert broken.returncode == 1 and "training stopped: actor" in last and "failed 3 times in a row (--max-env-failures 3)" in last, broken.stderr[-3000:]
+    assert_no_leaks()
+
+
 def test_without_ray_installed_runtime_ray_exits_2_with_one_line(tmp_path):
     hide = tmp_path / "hide"
     hide.mkdir()
