@@ -212,6 +212,7 @@ class RayRuntime:
         self.restarts = 0
         self._restart_times: list[collections.deque[float]] = [collections.deque() for _ in range(cfg.num_actors)]
         self._down = [False] * cfg.num_actors  # a death counted, no unroll from it since
+        self._retry_at = [0.0] * cfg.num_actors  # while down: when to ask it again (Ray fails calls at once during a restart)
         self._failures = [0] * cfg.num_actors
         self._in_flight: dict[Any, tuple[int, int]] = {}  # request ref -> (actor, learner slot)
         self.max_in_flight = 0
@@ -290,7 +291,10 @@ class RayRuntime:
 
     def _submit(self) -> None:
         per_actor = collections.Counter(a for a, _ in self._in_flight.values())
+        now = time.monotonic()
         for i, actor in enumerate(self.actors):
+            if self._down[i] and now < self._retry_at[i]:
+                continue
             while per_actor[i] < IN_FLIGHT:
                 try:
                     slot = self.router.free.get_nowait()
@@ -302,6 +306,7 @@ class RayRuntime:
         self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
 
     def _actor_down(self, i: int, exc: BaseException) -> None:
+        self._retry_at[i] = time.monotonic() + 0.5
         if self._down[i]:
             return  # further failed requests of the same death (or calls while Ray restarts it)
         self._down[i] = True
