@@ -65,6 +65,9 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         text=True,
         env=ENV,
         start_new_session=True,
+        # A suite launched in the background (`cmd &` in a script) hands its children SIGINT ignored, and Python
+        # then installs no KeyboardInterrupt handler: give the child the terminal's default, as a foreground run has.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
