@@ -170,7 +170,7 @@ class Staging:
         ring = self._replay
         assert ring is not None
         with self.replay_lock:
-            self._apply_priorities()
+            self._apply_priorities(ring)
             if replayed:
                 positions, stamps, weights = ring.sample(replayed)
                 ring.gather(positions, host, fresh)
@@ -182,7 +182,7 @@ class Staging:
             self._placed[self._staged] = sample
         return sample
 
-    def _apply_priorities(self) -> None:
+    def _apply_priorities(self, ring: ReplayRing) -> None:
         """Apply the learner's priorities for batches up to two before this one, and no later ones.
 
         Batch n is staged once the learner has asked for batch n-1, which it does only after it reported
@@ -196,7 +196,7 @@ class Staging:
             self._pending[number] = priorities
         for number in sorted(k for k in self._pending if k <= self._staged - 2):
             placed = self._placed.pop(number)
-            self._replay.update_priorities(placed.positions, placed.stamps, self._pending.pop(number))  # type: ignore[union-attr]  # called only with a ring
+            ring.update_priorities(placed.positions, placed.stamps, self._pending.pop(number))
 
     def report_priorities(self, number: int, priorities: torch.Tensor) -> None:
         """The learner's per-column priorities [B] for batch `number` (prioritized replay only)."""

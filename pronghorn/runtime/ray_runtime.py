@@ -72,39 +72,21 @@ class _LocalWeights:
         raise RuntimeError("--deterministic is not supported with --runtime ray")
 
 
-class _FreeSlots:
-    """run_actor's slot source inside a Ray actor: the local slots that requests hand in."""
-
-    def __init__(self, host: ActorHost):
-        self._host = host
-
-    def get(self) -> int | None:
-        while not self._host.stopped:
-            try:
-                return self._host.free.get(timeout=0.5)
-            except queue.Empty:
-                continue
-        return None
-
-
 class ActorHost:
     """The body of one Ray actor: a `run_actor` thread over K local slots, fed by `unroll` calls."""
 
     def __init__(self, index: int, cfg: Config, spec: EnvSpec, core_size: int):
-        import torch as _torch
-
-        _torch.set_num_threads(1)
+        torch.set_num_threads(1)
         self.index, self.cfg, self.spec = index, cfg, spec
         layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self.slots = [zeros_unroll(layout) for _ in range(IN_FLIGHT)]
         self._idle: queue.Queue[int] = queue.Queue()
         for i in range(IN_FLIGHT):
             self._idle.put(i)
-        self.free: queue.Queue[int] = queue.Queue()
+        self._free: queue.Queue[int] = queue.Queue()  # run_actor's slot source: the local slots requests hand in
         self._full: queue.Queue[int] = queue.Queue()
         self.weights = _LocalWeights()
         self.counters = np.zeros(3, np.int64)  # env_failures, unrolls, steps
-        self.stopped = False
         self._error: str | None = None
         self._thread: threading.Thread | None = None
 
@@ -117,7 +99,8 @@ class ActorHost:
         from pronghorn.actor import run_actor
 
         try:
-            run_actor(self.index, self.cfg, self.spec, self.slots, _FreeSlots(self), self._full, self.weights, self.counters, lambda: self.stopped)
+            # It runs until Ray ends the actor's process (ray.kill at close, or the actor's death).
+            run_actor(self.index, self.cfg, self.spec, self.slots, self._free, self._full, self.weights, self.counters, lambda: False)
         except BaseException as exc:  # handed to the next request, which fails with it
             self._error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
@@ -127,7 +110,7 @@ class ActorHost:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="pronghorn-actor-loop", daemon=True)
             self._thread.start()
-        self.free.put(self._idle.get())
+        self._free.put(self._idle.get())
         deadline = time.monotonic() + self.cfg.timeout
         while True:
             if self._error is not None:
@@ -141,9 +124,6 @@ class ActorHost:
         data = {name: t.numpy().copy() for name, t in zip(Unroll._fields, self.slots[slot])}  # the slot is reused next
         self._idle.put(slot)
         return data, int(self.counters[0])
-
-    def stop(self) -> None:
-        self.stopped = True
 
 
 class _Weights:
