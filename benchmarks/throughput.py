@@ -62,7 +62,7 @@ def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -
 
 def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
     spec = probe(cfg.env, cfg)
-    E, T, B, fps = cfg.envs_per_actor, cfg.unroll_length, cfg.batch_size, spec.frames_per_step
+    E, T, B, fps = cfg.envs, cfg.unroll_length, cfg.batch_size, spec.frames_per_step
     env = make_batched(cfg.env, list(range(E)), cfg)
     env.reset()
     rng = np.random.default_rng(0)
@@ -163,7 +163,7 @@ def main() -> None:
         torch.set_num_threads(1)
         results.append((name, cfg, costs, limit, measured))
         line = (
-            f"{name:15s} E={cfg.envs_per_actor} T={cfg.unroll_length} B={cfg.batch_size} | core-us/frame: "
+            f"{name:15s} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())
             + f" | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
         )

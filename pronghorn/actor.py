@@ -18,7 +18,7 @@ from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec, make_batched
 from pronghorn.losses import clip_rewards
 from pronghorn.models import build_agent
-from pronghorn.records import Unroll
+from pronghorn.records import PolicyAnswer, Unroll
 
 log = logging.getLogger("pronghorn.actor")
 
@@ -43,7 +43,7 @@ class WeightSource(Protocol):
 
 def actor_seeds(cfg: Config, index: int) -> list[int]:
     """Env j of actor i is seeded seed + i*E + j (actor i's own seed is seed + i)."""
-    return [cfg.seed + index * cfg.envs_per_actor + j for j in range(cfg.envs_per_actor)]
+    return [cfg.seed + index * cfg.envs + j for j in range(cfg.envs)]
 
 
 def env_levels(cfg: Config, index: int) -> list[int]:
@@ -55,8 +55,8 @@ def env_levels(cfg: Config, index: int) -> list[int]:
     """
     n, num_levels = cfg.num_actors, len(cfg.level_names)
     if n >= num_levels:
-        return [index % num_levels] * cfg.envs_per_actor
-    return [(index + j * n) % num_levels for j in range(cfg.envs_per_actor)]
+        return [index % num_levels] * cfg.envs
+    return [(index + j * n) % num_levels for j in range(cfg.envs)]
 
 
 def actor_label(cfg: Config, index: int) -> str:
@@ -66,13 +66,80 @@ def actor_label(cfg: Config, index: int) -> str:
 
 
 class _Step:
-    """What the actor knows at time t: the env output and the agent's answer to it."""
+    """What the actor knows at time t: the env output and the policy's answer to it."""
 
-    def __init__(self, env_out, last_action, agent_out, core_before):
+    def __init__(self, env_out, last_action, answer: PolicyAnswer):
         self.env_out = env_out
         self.last_action = last_action  # [E] int64: action that led to obs[t]
-        self.agent_out = agent_out  # AgentOutput [1, E]
-        self.core_before = core_before  # [2, E, H]: core state before obs[t] was processed
+        self.answer = answer  # action and logits chosen from obs[t]; core_before: the core state before obs[t]
+
+
+class Policy(Protocol):
+    """Answers an actor's observations, step by step, carrying the recurrent core state between calls.
+
+    `LocalPolicy` runs the actor's own copy of the agent; the inference server's client
+    (runtime/inference.py) sends the step to one batched agent in the learner process.
+    """
+
+    def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer: ...
+
+    def refresh(self) -> None:
+        """Between unrolls: take newer weights if there are any."""
+
+
+class LocalPolicy:
+    """The actor's own CPU copy of the agent (--inference actor)."""
+
+    def __init__(self, index: int, cfg: Config, spec: EnvSpec, weights: WeightSource):
+        self.cfg, self.weights = cfg, weights
+        levels = env_levels(cfg, index)
+        self.agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
+        self.agent.eval()
+        self.version = weights.load_into(self.agent, cfg.timeout)
+        self.core = self.agent.initial_state(cfg.envs)  # the state after the last observation answered
+        self._level = torch.as_tensor(levels, dtype=torch.int64)  # [E]: selects each env's PopArt statistics
+        self._no_reward, self._no_done = torch.zeros(1, cfg.envs), torch.zeros(1, cfg.envs, dtype=torch.bool)
+        # Actor i samples from its own generator (seed + i), as the inference server does for it: the same
+        # weights and observations give the same actions in both modes.
+        self._generator = torch.Generator().manual_seed(cfg.seed + index)
+
+    @torch.no_grad()
+    def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer:
+        truncation_value = self._truncation_values(env_out, last_action)
+        obs = torch.from_numpy(env_out.obs)
+        uniform = torch.rand(self.cfg.envs, 1, generator=self._generator)
+        if self.agent.use_lstm:
+            done = torch.from_numpy(env_out.terminated | env_out.truncated)
+            reward = clip_rewards(torch.from_numpy(env_out.reward), self.cfg.reward_clipping)
+            out, core = self.agent(obs[None], last_action[None], reward[None], done[None], self.core, level=self._level, uniform=uniform)
+        else:  # only the LSTM core reads reward and done; skipping them is measurable per step
+            out, core = self.agent(obs[None], last_action[None], self._no_reward, self._no_done, self.core, level=self._level, uniform=uniform)
+        # obs[t] was reached by action[t-1]; the agent answered it from the core state after obs[t-1].
+        core_before, self.core = self.core, core
+        return PolicyAnswer(out.action[0], out.policy_logits[0], core_before, truncation_value, self.version)
+
+    def _truncation_values(self, env_out, last_action: torch.Tensor) -> np.ndarray:
+        # A time limit cut the episode at final_obs: the learner bootstraps the step from V(final_obs),
+        # computed here with the core state the agent had before the reset (it is gone after it).
+        values = np.zeros(self.cfg.envs, np.float32)
+        if not env_out.truncated.any():
+            return values
+        idx = np.flatnonzero(env_out.truncated)
+        sel = torch.from_numpy(idx)
+        obs = torch.from_numpy(env_out.final_obs[idx])
+        reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), self.cfg.reward_clipping)
+        no_done = torch.zeros(1, idx.size, dtype=torch.bool)
+        out, _ = self.agent(obs[None], last_action[sel][None], reward[None], no_done, self.core[:, sel], level=self._level[sel])
+        values[idx] = out.baseline[0].numpy()
+        return values
+
+    def refresh(self) -> None:
+        if self.weights.version != self.version:
+            self.version = self.weights.load_into(self.agent, self.cfg.timeout)
+
+    def load_version(self, version: int) -> None:
+        """--deterministic: act with exactly this version."""
+        self.version = self.weights.load_version(self.agent, version, self.cfg.timeout)
 
 
 def _write_row(buf: Any, t: int, step: _Step, truncation_value: np.ndarray) -> None:
@@ -87,8 +154,8 @@ def _write_row(buf: Any, t: int, step: _Step, truncation_value: np.ndarray) -> N
     buf.episode_return[t] = env.episode_return
     buf.episode_frames[t] = env.episode_frames
     buf.last_action[t] = step.last_action.numpy()
-    buf.action[t] = step.agent_out.action[0].numpy()
-    buf.policy_logits[t] = step.agent_out.policy_logits[0].numpy()
+    buf.action[t] = step.answer.action.numpy()
+    buf.policy_logits[t] = step.answer.policy_logits.numpy()
 
 
 def lockstep_update(cfg: Config, unroll: int) -> int:
@@ -112,54 +179,26 @@ def run_actor(
     weights: WeightSource,
     counters: np.ndarray,
     should_stop: Callable[[], bool],
+    policy: Policy | None = None,
 ) -> None:
     """Produce unrolls until `free.get()` returns None or `should_stop()`.
 
     counters: this actor's row of shared int64 counters (env_failures, unrolls, steps).
+    policy: who answers the observations; by default the actor's own copy of the agent (`LocalPolicy`).
     """
     levels = env_levels(cfg, index)
     env = make_batched([cfg.level_names[lv] for lv in levels], actor_seeds(cfg, index), cfg)
     torch.manual_seed(cfg.seed + index)
-    agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
-    agent.eval()
-    version = weights.load_into(agent, cfg.timeout)
-    E, T = cfg.envs_per_actor, resolved(cfg.unroll_length, "unroll_length")
+    if policy is None:
+        policy = LocalPolicy(index, cfg, spec, weights)
+    E, T = cfg.envs, resolved(cfg.unroll_length, "unroll_length")
     views: list[Any] = [Unroll._make(t.numpy() for t in slot) for slot in slots]  # the slots' memory seen through numpy: Unrolls of arrays
     levels_row = np.asarray(levels, np.int64)
-    level_t = torch.from_numpy(levels_row)  # [E]: selects each env's PopArt statistics in the agent
-
-    no_reward, no_done = torch.zeros(1, E), torch.zeros(1, E, dtype=torch.bool)
-
-    @torch.no_grad()
-    def act(env_out, last_action, core):
-        obs = torch.from_numpy(env_out.obs)
-        if not agent.use_lstm:  # only the LSTM core reads these; skipping them is measurable per step
-            return agent(obs[None], last_action[None], no_reward, no_done, core, level=level_t)
-        done = torch.from_numpy(env_out.terminated | env_out.truncated)
-        reward = clip_rewards(torch.from_numpy(env_out.reward), cfg.reward_clipping)
-        return agent(obs[None], last_action[None], reward[None], done[None], core, level=level_t)
-
-    @torch.no_grad()
-    def truncation_values(env_out, last_action, core) -> np.ndarray:
-        # A time limit cut the episode at final_obs: the learner bootstraps the step from V(final_obs),
-        # computed here with the core state the agent had before the reset (it is gone after it).
-        values = np.zeros(E, np.float32)
-        if not env_out.truncated.any():
-            return values
-        idx = np.flatnonzero(env_out.truncated)
-        sel = torch.from_numpy(idx)
-        obs = torch.from_numpy(env_out.final_obs[idx])
-        reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), cfg.reward_clipping)
-        out, _ = agent(obs[None], last_action[sel][None], reward[None], torch.zeros(1, idx.size, dtype=torch.bool), core[:, sel], level=level_t[sel])
-        values[idx] = out.baseline[0].numpy()
-        return values
 
     env_out = env.reset()
     env_out.terminated[:] = True  # the first observation starts an episode (resets the core, zeroes inputs)
     last_action = torch.zeros(E, dtype=torch.int64)
-    core = agent.initial_state(E)
-    agent_out, next_core = act(env_out, last_action, core)
-    step = _Step(env_out, last_action, agent_out, core)
+    step = _Step(env_out, last_action, policy.answer(env_out, last_action))
     row0_truncation = np.zeros(E, np.float32)
     reported_failures = 0
     # Lock-step: this actor's unroll n feeds update lockstep_update(cfg, n) = k and is made with the weights
@@ -171,31 +210,30 @@ def run_actor(
             if slot is None:
                 return
             if cfg.deterministic:
-                version = weights.load_version(agent, max(0, lockstep_update(cfg, unroll) - 1), cfg.timeout)
+                assert isinstance(policy, LocalPolicy), "--deterministic needs --inference actor (Config refuses central)"
+                policy.load_version(max(0, lockstep_update(cfg, unroll) - 1))
             unroll += 1
             buf = views[slot]
-            buf.core_state[:] = step.core_before.numpy()
-            buf.policy_version[:] = version
+            buf.core_state[:] = step.answer.core_before.numpy()
             buf.level[0] = levels_row
             # Row 0 repeats the previous unroll's last row, so every transition lies inside one unroll.
             _write_row(buf, 0, step, row0_truncation)
-            core = next_core
+            version = None  # the oldest weights that chose an action of rows 1..T: the unroll's policy version
             for t in range(1, T + 1):
-                action = step.agent_out.action[0]
+                action = step.answer.action
                 env_out = env.step(action.numpy())
-                trunc_values = truncation_values(env_out, action, core)
-                # obs[t] was reached by action[t-1]; the agent answers obs[t] from the core state after obs[t-1].
-                agent_out, next_core = act(env_out, action, core)
-                step = _Step(env_out, action, agent_out, core)
-                _write_row(buf, t, step, trunc_values)
-                core = next_core
-            row0_truncation = trunc_values
+                # obs[t] was reached by action[t-1]; the policy answers it (and V(final_obs) where truncated).
+                step = _Step(env_out, action, policy.answer(env_out, action))
+                _write_row(buf, t, step, step.answer.truncation_value)
+                version = step.answer.version if version is None else min(version, step.answer.version)
+            buf.policy_version[:] = version
+            row0_truncation = step.answer.truncation_value
             counters[0] += env.failures - reported_failures  # a replaced actor adds to its predecessor's count
             reported_failures = env.failures
             counters[1] += 1
             counters[2] += T * E
             full.put(slot)  # the slot now belongs to the learner until staging hands it back
-            if not cfg.deterministic and weights.version != version:
-                version = weights.load_into(agent, cfg.timeout)
+            if not cfg.deterministic:
+                policy.refresh()
     finally:
         env.close()

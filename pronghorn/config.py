@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 import tyro
@@ -34,6 +35,15 @@ def parse_count(text: str) -> int:
 
 
 _T = TypeVar("_T")
+
+# The discrete classic-control ids envpool steps in C++ (its Pendulum and MountainCarContinuous are continuous).
+ENVPOOL_CLASSIC_CONTROL = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0"})
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def resolved(value: _T | None, name: str) -> _T:
@@ -89,6 +99,9 @@ RESUMABLE_CHANGES = frozenset(
         "eval_episodes",
         "runtime",
         "ray_address",
+        "inference",
+        "inference_max_batch",
+        "inference_max_wait_ms",
         "wandb",
         "wandb_project",
         "wandb_entity",
@@ -117,8 +130,8 @@ class Config:
     """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5, MinAtar/Breakout-v0). Every actor plays this level unless --levels is given."""
     levels: str | None = None
     """Train one agent on many levels: comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: atari57, atari5, minatar. Replaces --env. Actor i plays levels[i % L]; with fewer actors than levels, each actor's environments take turns over the levels."""
-    env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
-    """How environments are stepped: `gymnasium` (any id; Atari through ale-py) or `envpool` (Atari only)."""
+    env_backend: Literal["auto", "gymnasium", "envpool"] = "auto"
+    """How environments are stepped: `gymnasium` (any id, one Python env object each; Atari through ale-py), `envpool` (C++ batches without a per-env Python loop: Atari ids and the classic-control CartPole-v0/v1, Acrobot-v1, MountainCar-v0), or `auto`: envpool for those classic-control ids when envpool is installed, gymnasium for everything else."""
     max_actor_restarts: int = 10
     """Stop training if one actor process dies more than this many times within a minute (a crash loop); below that each dead actor is replaced."""
     max_env_failures: int = 5
@@ -143,8 +156,8 @@ class Config:
     # --- actors, buffers, batches --------------------------------------------------------------
     num_actors: int = 2
     """Actor processes."""
-    envs_per_actor: int = 8
-    """Environments each actor steps together as one batch."""
+    envs_per_actor: int | None = None
+    """Environments each actor steps together as one batch; default 16 for vector observations (cheap envs such as CartPole: more envs per step amortise the actor's per-step inference; 8 with --replay-fraction), 8 for images."""
     unroll_length: int | None = None
     """T: environment steps per unroll (each unroll carries T+1 observations); default 20 (IMPALA), but 5 for the image CNNs (shallow, nature, deep; see --batch-size)."""
     batch_size: int | None = None
@@ -219,6 +232,12 @@ class Config:
     """Where actors run: `local` (processes on this machine, shared memory) or `ray` (Ray actors on any node of a Ray cluster; needs `pip install 'pronghorn[ray]'`)."""
     ray_address: str | None = None
     """With --runtime ray: the cluster to join (`auto`, or HEAD:6379); default: a private Ray instance on this machine (loopback, no dashboard), shut down at the end."""
+    inference: Literal["auto", "actor", "central"] = "auto"
+    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA or the model is the deep ResNet, actor otherwise (on CPU a cheap model is faster in the actors; see README)."""
+    inference_max_batch: int | None = None
+    """--inference central: most environments answered in one batch; default every actor's, i.e. num_actors x envs_per_actor."""
+    inference_max_wait_ms: float = 2.0
+    """--inference central: after the first request of a batch arrives, wait at most this long for the other actors before answering."""
     deterministic: bool = False
     """Lock-step mode: every update takes the same number of unrolls from each actor, in actor order, made with the weights of exactly one update before; with deterministic torch settings two runs with the same seed give identical episodes and weights (slower)."""
     seed: int = 0
@@ -265,19 +284,6 @@ class Config:
         for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_size", "total_frames", "hidden_size", "updates_per_batch"):
             value = getattr(self, name)
             need(value is None or value >= 1, f"--{name.replace('_', '-')} is {value}: it must be at least 1")
-        if self.batch_size is not None and self.batch_size % self.envs_per_actor:
-            fit = self.envs_per_actor * max(1, round(self.batch_size / self.envs_per_actor))
-            raise ConfigError(
-                f"--batch-size {self.batch_size} is not a multiple of --envs-per-actor {self.envs_per_actor}: "
-                f"a batch is made of whole actor unrolls, so use e.g. --batch-size {fit}"
-            )
-        if self.num_buffers is not None and self.batch_size is not None:
-            need(
-                self.num_buffers >= self.batch_slots + self.num_actors,
-                f"--num-buffers {self.num_buffers} is too small: a batch of {self.batch_size} unrolls takes "
-                f"{self.batch_slots} slots and each of the {self.num_actors} actors fills one more, so the actors could never fill a batch; "
-                f"use at least {self.batch_slots + self.num_actors} or leave it unset",
-            )
         need(
             self.lr_decay_frames is None or self.lr_decay_frames >= 0,
             f"--lr-decay-frames is {self.lr_decay_frames}: give a frame count, or 0 for a constant rate",
@@ -312,6 +318,11 @@ class Config:
                 found = False
             need(found, "--runtime ray needs Ray: pip install 'pronghorn[ray]' (or pip install ray)")
             need(not self.deterministic, "--deterministic is not supported with --runtime ray (its lock-step needs shared memory): drop one of them")
+        if self.inference == "central":
+            need(self.runtime == "local", "--inference central runs with --runtime local in this version: use --inference actor with --runtime ray")
+            need(not self.deterministic, "--deterministic needs --inference actor (its lock-step loads exact weight versions in each actor): drop one of them")
+        need(self.inference_max_wait_ms >= 0, f"--inference-max-wait-ms is {self.inference_max_wait_ms}: it must be 0 or more")
+        need(self.inference_max_batch is None or self.inference_max_batch >= 1, f"--inference-max-batch is {self.inference_max_batch}: it must be at least 1")
         need(self.runtime == "ray" or self.ray_address is None, "--ray-address is for --runtime ray: add --runtime ray or drop --ray-address")
         if self.wandb:
             try:
@@ -325,21 +336,20 @@ class Config:
                 value is None or (value == value and value not in (float("inf"), float("-inf"))),
                 f"--{name.replace('_', '-')} is {value}: it must be a finite number",
             )
-        if self.deterministic and self.batch_size is not None and self.batch_slots % self.num_actors:
-            raise ConfigError(
-                f"--deterministic takes the same number of unrolls from each actor, but a batch of {self.batch_size} is "
-                f"{self.batch_slots} actor unrolls of {self.envs_per_actor} envs, not a multiple of --num-actors {self.num_actors}: "
-                f"use e.g. --batch-size {self.envs_per_actor * self.num_actors * max(1, round(self.batch_slots / self.num_actors))}"
-            )
         need(
             not (self.deterministic and self.updates_per_batch > 1),
             "--deterministic's lock-step expects one update per batch: drop --updates-per-batch or --deterministic",
         )
-        self._check_replay()
+        if self.envs_per_actor is not None:  # otherwise for_observations fills it in and these run then
+            self._check_batch()
+            self._check_replay()
         need(0 < self.popart_step < 1, f"--popart-step is {self.popart_step}: it must lie in (0, 1)")
         if self.env_backend == "envpool":
             for level in self.level_names:
-                need(level.startswith("ALE/"), f"--env-backend envpool serves Atari ids (ALE/<Game>-v5), not {level}: use --env-backend gymnasium")
+                need(
+                    level.startswith("ALE/") or level in ENVPOOL_CLASSIC_CONTROL,
+                    f"--env-backend envpool serves Atari ids (ALE/<Game>-v5) and {', '.join(sorted(ENVPOOL_CLASSIC_CONTROL))}, not {level}: use --env-backend gymnasium",
+                )
             need(
                 len(self.level_names) == 1 or "ALE/Skiing-v5" not in self.level_names,
                 "--env-backend envpool cannot give ALE/Skiing-v5 the 18 actions the other levels share (its legal set has 9): use --env-backend gymnasium",
@@ -353,6 +363,34 @@ class Config:
             import torch
 
             need(torch.cuda.is_available(), "--device cuda but PyTorch sees no CUDA device: use --device cpu or install a CUDA build of torch")
+
+    def _check_batch(self) -> None:
+        """Checks of the batch against --envs-per-actor (run once for_observations has filled both in)."""
+
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        envs_per_actor = self.envs
+        if self.batch_size is not None and self.batch_size % envs_per_actor:
+            fit = envs_per_actor * max(1, round(self.batch_size / envs_per_actor))
+            raise ConfigError(
+                f"--batch-size {self.batch_size} is not a multiple of --envs-per-actor {envs_per_actor}: "
+                f"a batch is made of whole actor unrolls, so use e.g. --batch-size {fit}"
+            )
+        if self.num_buffers is not None and self.batch_size is not None:
+            need(
+                self.num_buffers >= self.batch_slots + self.num_actors,
+                f"--num-buffers {self.num_buffers} is too small: a batch of {self.batch_size} unrolls takes "
+                f"{self.batch_slots} slots and each of the {self.num_actors} actors fills one more, so the actors could never fill a batch; "
+                f"use at least {self.batch_slots + self.num_actors} or leave it unset",
+            )
+        if self.deterministic and self.batch_size is not None and self.batch_slots % self.num_actors:
+            raise ConfigError(
+                f"--deterministic takes the same number of unrolls from each actor, but a batch of {self.batch_size} is "
+                f"{self.batch_slots} actor unrolls of {envs_per_actor} envs, not a multiple of --num-actors {self.num_actors}: "
+                f"use e.g. --batch-size {envs_per_actor * self.num_actors * max(1, round(self.batch_slots / self.num_actors))}"
+            )
 
     def _check_replay(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -368,18 +406,19 @@ class Config:
         need(self.replay_max_gb > 0, f"--replay-max-gb is {self.replay_max_gb}: it must be positive")
         if not self.replay_fraction or self.batch_size is None:
             return
+        envs_per_actor = self.envs
         replayed = self.replay_columns
         need(
             replayed >= 1,
             f"--replay-fraction {self.replay_fraction} of a batch of {self.batch_size} replays no unroll: raise it to at least {0.5 / self.batch_size:.3g} or use 0",
         )
         fresh = self.batch_size - replayed
-        if fresh % self.envs_per_actor:
-            whole = [k * self.envs_per_actor for k in range(1, self.batch_slots)]
+        if fresh % envs_per_actor:
+            whole = [k * envs_per_actor for k in range(1, self.batch_slots)]
             options = ", ".join(f"{(self.batch_size - f) / self.batch_size:g}" for f in whole) or "none at this batch size"
             raise ConfigError(
                 f"--replay-fraction {self.replay_fraction} leaves {fresh} fresh unrolls per batch of {self.batch_size}, not whole actor unrolls of "
-                f"--envs-per-actor {self.envs_per_actor}: use one of {options}, or change --batch-size"
+                f"--envs-per-actor {envs_per_actor}: use one of {options}, or change --batch-size"
             )
         need(
             self.replay_capacity >= self.batch_size,
@@ -387,8 +426,8 @@ class Config:
         )
         if self.deterministic:
             need(
-                (fresh // self.envs_per_actor) % self.num_actors == 0,
-                f"--deterministic takes the same number of unrolls from each actor, but {fresh // self.envs_per_actor} fresh actor unrolls per batch "
+                (fresh // envs_per_actor) % self.num_actors == 0,
+                f"--deterministic takes the same number of unrolls from each actor, but {fresh // envs_per_actor} fresh actor unrolls per batch "
                 f"do not divide among --num-actors {self.num_actors}: change --replay-fraction or --batch-size",
             )
             need(not self.checkpoint_replay, "--deterministic with --checkpoint-replay is not supported: drop one of them")
@@ -406,10 +445,10 @@ class Config:
         repeated = sorted({lv for lv in names if names.count(lv) > 1})
         if repeated:
             raise ConfigError(f"--levels names {', '.join(repeated)} more than once: list each level once")
-        envs = self.num_actors * self.envs_per_actor
+        envs = self.num_actors * (self.envs_per_actor or 8)  # unset: the smaller of its defaults, checked again once filled in
         if envs < len(names):
             raise ConfigError(
-                f"--levels has {len(names)} levels but {self.num_actors} actors x {self.envs_per_actor} envs = {envs} environments "
+                f"--levels has {len(names)} levels but {self.num_actors} actors x {self.envs_per_actor or 8} envs = {envs} environments "
                 f"could not play them all: raise --num-actors or --envs-per-actor so their product is at least {len(names)}"
             )
 
@@ -417,7 +456,7 @@ class Config:
         """This config with the defaults that depend on the observations filled in (and validated again).
 
         Three kinds, by the torso that reads them (`resolve_torso`):
-          vectors (mlp)              IMPALA's unroll and epsilon, a larger rate decayed over 500k frames: CartPole
+          vectors (mlp)              16 envs per actor (cheap steps), IMPALA's unroll and epsilon, a larger rate decayed over 500k frames: CartPole
           small grids (small)        IMPALA's Atari settings (batch 32 x T=20, 6e-4), constant rate: MinAtar
           images (shallow/nature/deep) A2C's update rate (16 unrolls of T=5, ~31K updates per 10M frames) and
                                      RMSProp settings, constant rate: IMPALA's 32 x 20 left Pong at -20 after 10M frames
@@ -425,15 +464,33 @@ class Config:
         torso = resolve_torso(self.model, obs_shape)
         defaults: dict[str, Any]
         if torso == "mlp":
-            defaults = dict(batch_size=16, unroll_length=20, learning_rate=3e-3, rmsprop_eps=0.01, lr_decay_frames=500_000)
+            # 16 envs per actor amortise the per-step inference of cheap envs; 8 with replay, so that the
+            # default batch of 16 can be half replayed (a batch is whole actor unrolls, fresh or replayed).
+            defaults = dict(
+                envs_per_actor=8 if self.replay_fraction else 16, batch_size=16, unroll_length=20, learning_rate=3e-3, rmsprop_eps=0.01, lr_decay_frames=500_000
+            )
         elif torso == "small":
-            defaults = dict(batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
+            defaults = dict(envs_per_actor=8, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
         else:
-            defaults = dict(batch_size=16, unroll_length=5, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0)
-        if self.batch_size is None and defaults["batch_size"] % self.envs_per_actor:
+            defaults = dict(envs_per_actor=8, batch_size=16, unroll_length=5, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0)
+        envs_per_actor = self.envs_per_actor or defaults["envs_per_actor"]
+        if self.batch_size is None and defaults["batch_size"] % envs_per_actor:
             # keep whole actor unrolls
-            defaults["batch_size"] = self.envs_per_actor * max(1, round(defaults["batch_size"] / self.envs_per_actor))
-        return dataclasses.replace(self, **{name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items()})
+            defaults["batch_size"] = envs_per_actor * max(1, round(defaults["batch_size"] / envs_per_actor))
+        slots = defaults["batch_size"] // envs_per_actor
+        if self.batch_size is None and self.deterministic and slots % self.num_actors:
+            # lock-step takes as many unrolls from each actor: a whole number of unrolls per actor per batch
+            defaults["batch_size"] = envs_per_actor * self.num_actors * max(1, round(slots / self.num_actors))
+        if self.inference == "auto":
+            # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model:
+            # worth it where the model is costly or the learner has an accelerator, not for a cheap CPU model.
+            central = torso == "deep" or self.device == "cuda" or (self.device == "auto" and _cuda_available())
+            central = central and self.runtime == "local" and not self.deterministic
+            defaults["inference"] = "central" if central else "actor"
+        filled = {name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items() if name != "inference"}
+        if "inference" in defaults:
+            filled["inference"] = defaults["inference"]
+        return dataclasses.replace(self, **filled)
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Flags that differ from the run being resumed and would change its agent, data or objective."""
@@ -467,9 +524,29 @@ class Config:
         return suites.suite_name(self.levels) or (names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}")
 
     @property
+    def backend(self) -> Literal["gymnasium", "envpool"]:
+        """The env backend actors use: --env-backend, with `auto` resolved (envpool for its classic-control ids if installed)."""
+        return self.backend_for(self.level_names)
+
+    def backend_for(self, levels: Sequence[str]) -> Literal["gymnasium", "envpool"]:
+        """The backend that steps these levels together (an actor's environments)."""
+        if self.env_backend != "auto":
+            return self.env_backend
+        import importlib.util
+
+        if len(set(levels)) == 1 and levels[0] in ENVPOOL_CLASSIC_CONTROL and importlib.util.find_spec("envpool") is not None:
+            return "envpool"
+        return "gymnasium"
+
+    @property
+    def envs(self) -> int:
+        """--envs-per-actor, resolved (for_observations fills in its default)."""
+        return resolved(self.envs_per_actor, "envs_per_actor")
+
+    @property
     def batch_slots(self) -> int:
         """Shared-memory slots (actor unrolls) per learner batch."""
-        return resolved(self.batch_size, "batch_size") // self.envs_per_actor
+        return resolved(self.batch_size, "batch_size") // self.envs
 
     @property
     def replay_columns(self) -> int:
@@ -479,7 +556,7 @@ class Config:
     @property
     def fresh_slots(self) -> int:
         """Actor unrolls (slots) per batch once replay is running; every batch before that is all fresh."""
-        return (resolved(self.batch_size, "batch_size") - self.replay_columns) // self.envs_per_actor
+        return (resolved(self.batch_size, "batch_size") - self.replay_columns) // self.envs
 
     @property
     def buffer_slots(self) -> int:

@@ -106,14 +106,18 @@ class DeepTorso(nn.Module):
         return F.relu(self.fc(x.flatten(1)))
 
 
-def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+def sample_actions(logits: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
     """One action per row of logits [N, A], drawn from softmax(logits) by inverting the CDF.
 
     Same distribution as torch.multinomial, at a fraction of its per-call cost on small batches
     (measured here: ~32 us -> a few us), which matters in the actor's per-step loop.
+    uniform: [N, 1] draws in [0, 1) to use (the inference server draws each actor's from its own
+    generator); by default they come from torch's global generator.
     """
     cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
-    u = torch.rand(cdf.shape[0], 1, device=logits.device) * cdf[:, -1:]
+    if uniform is None:
+        uniform = torch.rand(cdf.shape[0], 1, device=logits.device)
+    u = uniform * cdf[:, -1:]
     return (cdf < u).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
 
 
@@ -181,6 +185,7 @@ class Agent(nn.Module):
         core_state: torch.Tensor,  # [2, B, H]
         greedy: bool = False,
         level: torch.Tensor | None = None,  # [B] int64 level of each column (PopArt only; default level 0)
+        uniform: torch.Tensor | None = None,  # [T*B, 1] draws for sampling (default: torch's global generator)
     ) -> tuple[AgentOutput, torch.Tensor]:
         t, b = obs.shape[:2]
         x = self.torso(obs.reshape(t * b, *obs.shape[2:]))
@@ -210,5 +215,5 @@ class Agent(nn.Module):
         if greedy:
             action = logits.argmax(dim=-1)
         else:
-            action = sample_actions(logits)
+            action = sample_actions(logits, uniform)
         return AgentOutput(logits.view(t, b, -1), baseline.view(t, b), action.view(t, b)), core_state

@@ -44,6 +44,16 @@ class AgentOutput(NamedTuple):
     action: torch.Tensor  # [...] int64
 
 
+class PolicyAnswer(NamedTuple):
+    """The policy's answer to one step of an actor's E environments (from its own agent or the inference server)."""
+
+    action: torch.Tensor  # [E] int64, chosen from obs[t]
+    policy_logits: torch.Tensor  # [E, A] float32
+    core_before: torch.Tensor  # [2, E, H] float32: the core state before obs[t] was processed
+    truncation_value: np.ndarray  # [E] float32: V(final_obs) where the step truncated an episode, else 0
+    version: int  # learner version of the weights that answered
+
+
 class Unroll(NamedTuple):
     """One slot: an actor's unrolls for its E environments, time-major.
 

@@ -214,7 +214,7 @@ def train(cfg: Config) -> TrainResult:
 
         runtime: LocalRuntime | RayRuntime = RayRuntime(actor_cfg, spec, num_params, agent.core_size)
     else:
-        runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size)
+        runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size, device)
     extra_sinks = []
     if cfg.wandb:
         from pronghorn.wandb_sink import WandbSink

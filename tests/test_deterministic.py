@@ -12,7 +12,22 @@ from tests.helpers import assert_no_leaks, run_cli
 
 def _run(logdir, extra=()):
     proc, _out, err = run_cli(
-        ["train", "--deterministic", "--seed", "3", "--total-frames", "40k", "--stop-at-return", "1e9", "--logdir", str(logdir), "--no-progress", *extra]
+        [
+            "train",
+            "--deterministic",
+            "--seed",
+            "3",
+            "--envs-per-actor",
+            "8",
+            "--total-frames",
+            "40k",
+            "--stop-at-return",
+            "1e9",
+            "--logdir",
+            str(logdir),
+            "--no-progress",
+            *extra,
+        ]
     )
     assert proc.returncode == 0, err[-2000:]
     assert_no_leaks(owners=(proc.pid,))

@@ -101,7 +101,7 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         (["--num-actors", "0"], "--num-actors is 0: it must be at least 1"),
         (["--batch-size", "-8"], "--batch-size is -8"),
         (["--unroll-length", "0"], "--unroll-length is 0"),
-        (["--batch-size", "12"], "not a multiple of --envs-per-actor 8"),
+        (["--batch-size", "12"], "not a multiple of --envs-per-actor 16"),
         (["--batch-size", "64", "--num-buffers", "4"], "the actors could never fill a batch"),
         (["--total-frames", "lots"], "--total-frames"),
         (["--lr-decay-frames", "-5"], "--lr-decay-frames: cannot read '-5'"),

@@ -1,8 +1,10 @@
-"""Atari through envpool (C++ threads), with the same preprocessing and semantics as the ale-py path."""
+"""envpool (C++ batches, no per-env Python loop): Atari with the same preprocessing and semantics as the
+ale-py path, and the classic-control ids (CartPole, Acrobot, MountainCar) with Gymnasium's dynamics."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +20,7 @@ _MAX_EPISODE_STEPS = 27_000
 
 
 class EnvpoolBatch:
-    """E Atari games in one envpool pool. Seeds: envpool gives env j `seed + j`, matching GymBatch."""
+    """E environments of one level in one envpool pool. Seeds: envpool gives env j `seed + j`, matching GymBatch."""
 
     def __init__(self, level: str, seeds: list[int], cfg: Config):
         self.level = level
@@ -27,21 +29,24 @@ class EnvpoolBatch:
         self._in_a_row = 0
         self._seed = seeds[0]
         self._cfg = cfg
+        self._atari = level.startswith("ALE/")
         self._pool = self._make(self._seed)
-        self._out = empty_output(self.num_envs, (4, 84, 84), np.uint8)
-        self._stats = EpisodeTracker(self.num_envs, 4, cfg.episodic_life)
+        space = self._pool.observation_space
+        self._out = empty_output(self.num_envs, space.shape, space.dtype)
+        self._stats = EpisodeTracker(self.num_envs, 4 if self._atari else 1, cfg.episodic_life and self._atari)
+        self._no_lives = np.zeros(self.num_envs, np.int64)
 
     def _make(self, seed: int):
         import envpool
 
+        common: dict[str, Any] = dict(num_envs=self.num_envs, batch_size=self.num_envs, seed=seed, num_threads=1)
+        if not self._atari:  # classic control: Gymnasium's dynamics and time limits, nothing to configure
+            return envpool.make(self.level, env_type="gymnasium", **common)
         game = self.level.split("/", 1)[1]  # "ALE/Pong-v5" -> "Pong-v5"
         return envpool.make(
             game,
             env_type="gymnasium",
-            num_envs=self.num_envs,
-            batch_size=self.num_envs,
-            seed=seed,
-            num_threads=1,
+            **common,
             frame_skip=4,
             stack_num=4,
             img_height=84,
@@ -59,11 +64,14 @@ class EnvpoolBatch:
             full_action_space=uses_full_action_set(self._cfg),
         )
 
+    def _lives(self, info) -> np.ndarray:
+        return info["lives"] if self._atari else self._no_lives
+
     def reset(self) -> EnvOutput:
         obs, info = self._pool.reset()
         out = self._out
         out.obs[info["env_id"]] = obs
-        for j, lives in zip(info["env_id"], info["lives"]):
+        for j, lives in zip(info["env_id"], self._lives(info)):
             self._stats.restart(j, lives)
         for field in (out.reward, out.terminated, out.truncated, out.episode_end):
             field[:] = 0
@@ -93,9 +101,13 @@ class EnvpoolBatch:
         out.truncated[ids] = truncated & ~terminated
         out.terminated[ids] = terminated
         out.episode_end[:] = False
-        for k, j in enumerate(ids):
-            if stats.step(j, float(reward[k]), int(info["lives"][k])) and not (terminated[k] or truncated[k]):
-                out.terminated[j] = True  # a life lost: the training episode ends, the game goes on
+        if self._atari:
+            for k, j in enumerate(ids):
+                if stats.step(j, float(reward[k]), int(info["lives"][k])) and not (terminated[k] or truncated[k]):
+                    out.terminated[j] = True  # a life lost: the training episode ends, the game goes on
+        else:  # no lives: the per-env statistics in one vector operation (sync mode returns every env, in order)
+            stats.returns[ids] += reward
+            stats.frames[ids] += 1
         done = np.flatnonzero(terminated | truncated)
         if done.size:
             done_ids = ids[done]
@@ -106,7 +118,7 @@ class EnvpoolBatch:
             # envpool would reset these on the *next* step; resetting now gives same-step semantics.
             new_obs, new_info = self._pool.reset(done_ids.astype(np.int32))
             out.obs[new_info["env_id"]] = new_obs
-            for j, lives in zip(new_info["env_id"], new_info["lives"]):
+            for j, lives in zip(new_info["env_id"], self._lives(new_info)):
                 stats.restart(j, lives)
         return out
 

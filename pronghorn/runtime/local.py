@@ -18,10 +18,13 @@ import signal
 import time
 import traceback
 
+import torch
+
 from pronghorn.actor import actor_label
 from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
+from pronghorn.runtime.inference import InferenceServer, SharedMailbox
 from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
 
@@ -45,7 +48,9 @@ def die_with_parent() -> None:
         pass  # not Linux: the stop flag and the learner's close() still end actors normally
 
 
-def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_conn, full_conn, stop, errors, parent: int) -> None:
+def _actor_main(
+    index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_handle, counter_handle, free_conn, full_conn, stop, errors, parent: int, inference=None
+) -> None:
     """Entry point of an actor process (spawned: imports start clean, no inherited threads)."""
     die_with_parent()
     if os.getppid() != parent:
@@ -81,6 +86,14 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
     def stopping() -> bool:
         return bool(stop.value)
 
+    policy, mailbox = None, None
+    if inference is not None:  # --inference central: the server in the learner process answers each step
+        from pronghorn.runtime.inference import InferenceClient, SharedMailbox
+
+        mailbox_handles, inference_conn = inference
+        mailbox = SharedMailbox.attach(mailbox_handles)
+        policy = InferenceClient(index, mailbox, inference_conn, stopping, cfg.timeout)
+
     try:
         run_actor(
             index,
@@ -92,6 +105,7 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
             weights,
             counters.row(index),
             stopping,
+            policy,
         )
     except BaseException as exc:  # reported to the learner, which stops the run
         if not stopping():
@@ -100,24 +114,32 @@ def _actor_main(index: int, cfg: Config, spec: EnvSpec, slot_handles, weight_han
         slots.release()
         weights.release()
         counters.release()
+        if mailbox is not None:
+            policy = None  # its views of the mailbox go first
+            mailbox.release()
 
 
 class LocalRuntime:
     """Owns the actor processes and every shared resource; `close()` leaves none behind."""
 
-    def __init__(self, cfg: Config, spec: EnvSpec, num_params: int, core_size: int):
+    def __init__(self, cfg: Config, spec: EnvSpec, num_params: int, core_size: int, device: torch.device | None = None):
         self.cfg = cfg
         reaped = reap_orphaned_segments()
         if reaped:
             log.warning("removed %d shared-memory segments left by processes that no longer exist (%s, ...)", len(reaped), reaped[0])
         self._ctx = mp.get_context("spawn")
         self._token = new_token()
-        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self.num_slots = cfg.buffer_slots
         self.slots = SlotArray.create(self._token, self.num_slots, layout)
         self._released = False
         self.weights = WeightStore.create(self._token, num_params)
         self.counters = Counters.create(self._token, cfg.num_actors)
+        self.mailbox: SharedMailbox | None = None
+        self.server: InferenceServer | None = None
+        if cfg.inference == "central":
+            self.mailbox = SharedMailbox.create(self._token, cfg, spec, core_size)
+            self.server = InferenceServer(cfg, spec, self.weights, self.mailbox.box, device or torch.device("cpu"))
         # Two slots per actor (one filling, one queued) when there is room, so an actor never waits for the
         # learner's reply between unrolls; one otherwise.
         depth = 2 if self.num_slots - cfg.batch_slots >= 2 * cfg.num_actors else 1
@@ -134,12 +156,18 @@ class LocalRuntime:
 
     def start(self) -> None:
         """Start the actors; call after the first weights are published."""
+        if self.server is not None:
+            self.server.start()
         for i in range(self.cfg.num_actors):
             self._spawn(i)
 
     def _spawn(self, i: int) -> None:
         free_recv, free_send = self._ctx.Pipe(duplex=False)  # learner -> actor: free slots
         full_recv, full_send = self._ctx.Pipe(duplex=False)  # actor -> learner: full slots
+        inference, server_end, actor_end = None, None, None
+        if self.mailbox is not None:
+            server_end, actor_end = self._ctx.Pipe(duplex=True)  # one byte each way per step: "asked", "answered"
+            inference = (self.mailbox.handles, actor_end)
         p = self._ctx.Process(
             target=_actor_main,
             name=f"pronghorn-actor-{i}",
@@ -155,12 +183,16 @@ class LocalRuntime:
                 self._stop,
                 self._errors,
                 os.getpid(),
+                inference,
             ),
             daemon=True,
         )
         p.start()
         free_recv.close()  # the child has its own copies; ours would hide the other side's end of file
         full_send.close()
+        if self.server is not None and server_end is not None and actor_end is not None:
+            actor_end.close()
+            self.server.connect(i, server_end)  # a replacement's new pipe: the server forgets the dead one
         self.actors[i] = p
         self.router.connect(i, free_send, full_recv, p.sentinel)
 
@@ -200,12 +232,17 @@ class LocalRuntime:
         return sum(p is not None and p.is_alive() for p in self.actors)
 
     def metrics(self) -> dict[str, float]:
-        """Runtime columns for metrics.csv (the Ray runtime adds its requests in flight)."""
-        return {"actors_alive": float(self.alive())}
+        """Runtime columns for metrics.csv (the Ray runtime adds its requests in flight; central inference its batching)."""
+        row = {"actors_alive": float(self.alive())}
+        if self.server is not None:
+            row.update(self.server.metrics())
+        return row
 
     def check_health(self) -> None:
         """Raise WorkerError if an actor reported an error (deaths are handled by the router: restarts)."""
         self._reported_error()
+        if self.server is not None and self.server.error is not None:
+            raise WorkerError(f"the inference server failed: {type(self.server.error).__name__}: {self.server.error}")
 
     def full_occupancy(self) -> float:
         """Fraction of slots full and waiting for the learner."""
@@ -226,6 +263,8 @@ class LocalRuntime:
                 os.kill(p.pid, signal.SIGKILL)
                 p.join(1.0)
         self.actors = [None] * self.cfg.num_actors
+        if self.server is not None:
+            self.server.close()
         self.router.close()
         self._errors.close()
         self._errors.cancel_join_thread()  # items left in the queue must not block our exit
@@ -233,6 +272,8 @@ class LocalRuntime:
             self.slots.release()
             self.weights.release()
             self.counters.release()
+            if self.mailbox is not None:
+                self.mailbox.release()
             self._released = True
 
     def env_failures(self) -> int:

@@ -78,7 +78,7 @@ class ActorHost:
     def __init__(self, index: int, cfg: Config, spec: EnvSpec, core_size: int):
         torch.set_num_threads(1)
         self.index, self.cfg, self.spec = index, cfg, spec
-        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self.slots = [zeros_unroll(layout) for _ in range(IN_FLIGHT)]
         self._idle: queue.Queue[int] = queue.Queue()
         for i in range(IN_FLIGHT):
@@ -181,7 +181,7 @@ class RayRuntime:
                 ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False)
             else:  # a private instance on loopback, no dashboard, gone when training ends
                 ray.init(num_cpus=cfg.num_actors, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs_per_actor, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self.unroll_bytes = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout)
         self.weight_bytes = 4 * num_params
         # What can wait in the object store at once: N*K unrolls and two weight copies (the newest and the

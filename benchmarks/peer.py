@@ -1,0 +1,125 @@
+"""pronghorn beside Sample Factory 2.x (APPO), on the same cores for the same wall time.
+
+Sample Factory is installed by this script into its own venv under benchmarks/.peer-venv (git-ignored;
+never a pronghorn dependency), with the same CPU build of torch. Each setting runs Sample Factory for
+--seconds, then pronghorn for the same wall time, and prints both training frames/s (steady state:
+the first quarter of each run is skipped), the ratio, and each one's mean return at the frames Sample
+Factory reached.
+
+  .venv/bin/python benchmarks/peer.py                       # CartPole and Pong, 120 s each per system
+  .venv/bin/python benchmarks/peer.py --only cartpole --seconds 60
+
+Settings (same network on both sides):
+  cartpole  CartPole-v1, MLP 2 x 64, no RNN; 2 workers/actors.
+  pong      Pong, the Nature CNN (pronghorn --model nature; Sample Factory convnet_atari), no RNN,
+            2 workers/actors x 8 envs. Sample Factory plays PongNoFrameskip-v4 with its own wrappers,
+            pronghorn ALE/Pong-v5 through envpool with --sticky-actions 0 (v4 has no sticky actions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PINS = ["torch==2.13.0", "sample-factory==2.1.1", "ale-py<0.10"]  # ale-py 0.9 is the last for gymnasium 0.29
+
+SETTINGS = {
+    "cartpole": dict(
+        sf=["-m", "sf_examples.train_gym_env", "--env", "CartPole-v1", "--encoder_mlp_layers", "64", "64", "--num_envs_per_worker", "16"],
+        pronghorn=["--env", "CartPole-v1", "--hidden-size", "64"],
+    ),
+    "pong": dict(
+        sf=["-m", "sf_examples.atari.train_atari", "--env", "atari_pong", "--encoder_conv_architecture", "convnet_atari", "--num_envs_per_worker", "8"],
+        pronghorn=["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0", "--envs-per-actor", "8"],
+    ),
+}
+
+
+def ensure_venv(path: str) -> str:
+    python = os.path.join(path, "bin", "python")
+    if not os.path.exists(python):
+        print(f"creating {path} and installing {' '.join(PINS)} (once; about a minute)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", path], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", *PINS], check=True)
+    return python
+
+
+_SF_LINE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\].*Total num frames: (\d+)")
+_SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
+
+
+def run_sample_factory(python: str, args: list[str], seconds: float, workdir: str) -> dict:
+    cmd = [python, *args, "--experiment", "peer", "--train_dir", workdir, "--num_workers", "2", "--use_rnn", "False"]
+    cmd += ["--device", "cpu", "--with_wandb", "False", "--train_for_seconds", str(int(seconds))]
+    print("sample factory:", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 180)
+    points, rewards = [], []  # (time, frames), (frames, mean reward)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = _SF_LINE.search(line)
+        if m:
+            stamp = time.mktime(time.strptime(m.group(1).split(",")[0], "%Y-%m-%d %H:%M:%S"))
+            points.append((stamp, int(m.group(2))))
+        r = _SF_REWARD.search(line)
+        if r and points:
+            rewards.append((points[-1][1], float(r.group(1))))
+    if len(points) < 4:
+        raise SystemExit(f"Sample Factory printed too little to measure (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    steady = points[len(points) // 4 :]
+    fps = (steady[-1][1] - steady[0][1]) / max(1e-9, steady[-1][0] - steady[0][0])
+    return {"fps": fps, "frames": points[-1][1], "return": rewards[-1][1] if rewards else float("nan")}
+
+
+def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int) -> dict:
+    cmd = [os.path.join(ROOT, ".venv", "bin", "pronghorn"), "train", *args, "--total-frames", "10G", "--stop-at-return", "1e12"]
+    cmd += ["--logdir", workdir, "--no-progress", "--log-interval", "2"]
+    print("pronghorn:", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(seconds)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: checkpoint, stop the actors, exit
+    _, err = proc.communicate(timeout=120)
+    with open(os.path.join(workdir, "metrics.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) < 4:
+        raise SystemExit(f"pronghorn logged too little to measure (exit {proc.returncode}):\n{err[-3000:]}")
+    steady = rows[len(rows) // 4 :]
+    fps = (float(steady[-1]["frames"]) - float(steady[0]["frames"])) / (float(steady[-1]["time"]) - float(steady[0]["time"]))
+    at = [r for r in rows if float(r["frames"]) <= at_frames] or rows[:1]
+    return {"fps": fps, "frames": int(float(rows[-1]["frames"])), "return": float(rows[-1]["mean_return_100"]), "return_at": float(at[-1]["mean_return_100"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=sorted(SETTINGS), action="append")
+    parser.add_argument("--seconds", type=float, default=120.0, help="wall time each system trains per setting")
+    parser.add_argument("--venv", default=os.path.join(HERE, ".peer-venv"))
+    args = parser.parse_args()
+    python = ensure_venv(args.venv)
+    lines = []
+    for name in args.only or list(SETTINGS):
+        setting = SETTINGS[name]
+        with tempfile.TemporaryDirectory() as sf_dir, tempfile.TemporaryDirectory() as ph_dir:
+            sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir)
+            ph = run_pronghorn(setting["pronghorn"], args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
+        line = (
+            f"{name:9s} | sample factory {sf['fps']:9,.0f} fps, {sf['frames']:>10,} frames, return {sf['return']:8.2f}"
+            f" | pronghorn {ph['fps']:9,.0f} fps, {ph['frames']:>10,} frames, return {ph['return']:8.2f} ({ph['return_at']:.2f} at {sf['frames']:,} frames)"
+            f" | fps ratio {ph['fps'] / sf['fps']:.1f}x"
+        )
+        print(line, flush=True)
+        lines.append(line)
+    print(f"\n{args.seconds:.0f} s each on {os.cpu_count()} cores; fps = training frames/s in steady state (first quarter skipped)")
+    for line in lines:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
