@@ -79,10 +79,10 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
 
 
 def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int) -> dict:
-    cmd = [os.path.join(ROOT, ".venv", "bin", "pronghorn"), "train", *args, "--total-frames", "10G", "--stop-at-return", "1e12"]
+    cmd = [sys.executable, "-m", "pronghorn.cli", "train", *args, "--total-frames", "10G", "--stop-at-return", "1e12"]
     cmd += ["--logdir", workdir, "--no-progress", "--log-interval", "2"]
-    print("pronghorn:", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    print("pronghorn:", " ".join(cmd[3:]), flush=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)  # this checkout's pronghorn
     time.sleep(seconds)
     proc.send_signal(signal.SIGINT)  # Ctrl-C: checkpoint, stop the actors, exit
     _, err = proc.communicate(timeout=120)
