@@ -19,7 +19,6 @@ Settings (same network on both sides):
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import signal
@@ -29,7 +28,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from timed_run import steady_fps, train_for  # noqa: E402
+
 PINS = ["torch==2.13.0", "sample-factory==2.1.1", "ale-py<0.10"]  # ale-py 0.9 is the last for gymnasium 0.29
 
 SETTINGS = {
@@ -61,9 +63,24 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
     cmd = [python, *args, "--experiment", "peer", "--train_dir", workdir, "--num_workers", "2", "--use_rnn", "False"]
     cmd += ["--device", "cpu", "--with_wandb", "False", "--train_for_seconds", str(int(seconds))]
     print("sample factory:", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 180)
+    log_path = os.path.join(workdir, "stdout.txt")
+    with open(log_path, "w") as log:
+        # Its own session: Sample Factory's workers go with it. It stops itself after --train_for_seconds,
+        # but its shutdown has been seen to hang here; a minute later it is interrupted, then killed.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    with open(log_path) as f:
+        output = f.read()
     points, rewards = [], []  # (time, frames), (frames, mean reward)
-    for line in (proc.stdout + proc.stderr).splitlines():
+    for line in output.splitlines():
         m = _SF_LINE.search(line)
         if m:
             stamp = time.mktime(time.strptime(m.group(1).split(",")[0], "%Y-%m-%d %H:%M:%S"))
@@ -72,28 +89,21 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
         if r and points:
             rewards.append((points[-1][1], float(r.group(1))))
     if len(points) < 4:
-        raise SystemExit(f"Sample Factory printed too little to measure (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+        raise SystemExit(f"Sample Factory printed too little to measure (exit {proc.returncode}):\n{output[-3000:]}")
     steady = points[len(points) // 4 :]
     fps = (steady[-1][1] - steady[0][1]) / max(1e-9, steady[-1][0] - steady[0][0])
     return {"fps": fps, "frames": points[-1][1], "return": rewards[-1][1] if rewards else float("nan")}
 
 
 def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int) -> dict:
-    cmd = [sys.executable, "-m", "pronghorn.cli", "train", *args, "--total-frames", "10G", "--stop-at-return", "1e12"]
-    cmd += ["--logdir", workdir, "--no-progress", "--log-interval", "2"]
-    print("pronghorn:", " ".join(cmd[3:]), flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)  # this checkout's pronghorn
-    time.sleep(seconds)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C: checkpoint, stop the actors, exit
-    _, err = proc.communicate(timeout=120)
-    with open(os.path.join(workdir, "metrics.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) < 4:
-        raise SystemExit(f"pronghorn logged too little to measure (exit {proc.returncode}):\n{err[-3000:]}")
-    steady = rows[len(rows) // 4 :]
-    fps = (float(steady[-1]["frames"]) - float(steady[0]["frames"])) / (float(steady[-1]["time"]) - float(steady[0]["time"]))
+    rows = train_for(args, seconds, workdir)
     at = [r for r in rows if float(r["frames"]) <= at_frames] or rows[:1]
-    return {"fps": fps, "frames": int(float(rows[-1]["frames"])), "return": float(rows[-1]["mean_return_100"]), "return_at": float(at[-1]["mean_return_100"])}
+    return {
+        "fps": steady_fps(rows),
+        "frames": int(float(rows[-1]["frames"])),
+        "return": float(rows[-1]["mean_return_100"]),
+        "return_at": float(at[-1]["mean_return_100"]),
+    }
 
 
 def main() -> None:

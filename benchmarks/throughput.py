@@ -1,15 +1,22 @@
 """How close does pronghorn run to this machine's component limit?
 
 For each setting, in one run, with the same envs and worker count as the end-to-end run:
-  1. environment stepping with random actions      -> core-seconds per frame
+  1. environment stepping with random actions, the fastest way this machine has (the cheapest of
+     pronghorn's own env batch, raw envpool and Gymnasium's numpy-vectorised env, where they exist)
+                                                   -> core-seconds per frame
   2. batched policy inference (+ sampling), batch E -> core-seconds per frame
   3. the learner's update on a [T+1, B] batch       -> core-seconds per frame
   component limit = cores / (sum of the three)       (frames/s if every core did only useful work)
 then pronghorn end to end (actors + staging + learner) and the ratio of its training frames/s to that limit.
 Each component is timed on one thread, as the actors and (on 2 cores) the learner run.
 
-  .venv/bin/python benchmarks/throughput.py [--only cartpole|cartpole-e32|pong-envpool|pong-gymnasium]
+  .venv/bin/python benchmarks/throughput.py [--only SETTING ...]
+  .venv/bin/python benchmarks/throughput.py --inference both --readme README.md   # regenerates the README table
   .venv/bin/python benchmarks/throughput.py --runtime ray --only cartpole-e32 --only pong-envpool
+
+With --inference both each setting is also trained with the other inference mode (actor / central) and
+both are printed with their ratio. Settings named "-best" are the fastest configuration found for the
+env (more envs per actor, larger batches); the others are pronghorn's defaults.
 
 With --runtime ray it also trains each setting on Ray, on a private one-node instance and on a simulated
 two-node cluster (ray.cluster_utils, one CPU per node), and prints frames/s, mean policy lag and the
@@ -35,18 +42,26 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from pronghorn import Config, train
+from pronghorn.config import resolved
 from pronghorn.envs import make_batched, probe
 from pronghorn.learner import Learner
 from pronghorn.models import build_agent
 from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.tuning import tune_malloc
 
-SETTINGS = {
-    "cartpole": dict(env="CartPole-v1"),  # the defaults: 8 envs per actor (chosen for learning speed)
+SETTINGS: dict[str, dict[str, Any]] = {
+    "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, envpool (chosen for learning speed too)
     "cartpole-e32": dict(env="CartPole-v1", envs_per_actor=32),  # more envs per actor amortise per-step glue
+    "cartpole-best": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
+    "minatar-breakout": dict(env="MinAtar/Breakout-v0"),
+    "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
+    "pong-envpool-best": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32),
     "pong-gymnasium": dict(env="ALE/Pong-v5", env_backend="gymnasium", model="shallow"),
+    "pong-lstm": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", lstm=True),
+    "pong-deep": dict(env="ALE/Pong-v5", env_backend="envpool", model="deep"),
 }
+DEFAULT_SETTINGS = ["cartpole", "cartpole-best", "minatar-breakout", "minatar-breakout-best", "pong-envpool", "pong-envpool-best"]
 
 
 def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -> float:
@@ -62,13 +77,15 @@ def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -
 
 def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
     spec = probe(cfg.env, cfg)
-    E, T, B, fps = cfg.envs, cfg.unroll_length, cfg.batch_size, spec.frames_per_step
+    E, T, B, fps = cfg.envs, resolved(cfg.unroll_length, "unroll_length"), resolved(cfg.batch_size, "batch_size"), spec.frames_per_step
     env = make_batched(cfg.env, list(range(E)), cfg)
     env.reset()
     rng = np.random.default_rng(0)
-    env_cost = cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds)
+    env_costs = {"pronghorn": cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds / 2)}
     obs = torch.from_numpy(env.step(np.zeros(E, np.int64)).obs.copy())
     env.close()
+    env_costs.update(raw_env_costs(cfg.env, E, spec.num_actions, fps, seconds / 2))
+    fastest = min(env_costs, key=lambda k: env_costs[k])
 
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     state = agent.initial_state(E)
@@ -97,7 +114,36 @@ def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
     )
     learner = Learner(cfg, agent, fps)
     learn_cost = cpu_time_per(lambda: learner.step(batch), T * B * fps, seconds, warmup=2)
-    return {"env": env_cost, "inference": infer_cost, "learner": learn_cost}
+    return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
+
+
+def raw_env_costs(level: str, E: int, num_actions: int, frames_per_step: int, seconds: float) -> dict[str, float]:
+    """Core-seconds per frame of the env's own batched steppers, without pronghorn's glue (where they exist)."""
+    import gymnasium as gym
+
+    rng = np.random.default_rng(0)
+    costs = {}
+    try:
+        import envpool
+
+        if level.startswith("ALE/"):
+            pool = envpool.make(
+                level.split("/", 1)[1], env_type="gymnasium", num_envs=E, batch_size=E, num_threads=1, frame_skip=4, stack_num=4, img_height=84, img_width=84
+            )
+        else:
+            pool = envpool.make(level, env_type="gymnasium", num_envs=E, batch_size=E, num_threads=1)
+        pool.reset()
+        costs["envpool"] = cpu_time_per(lambda: pool.step(rng.integers(0, num_actions, E).astype(np.int32)), E * frames_per_step, seconds)
+        pool.close()
+    except Exception:  # envpool does not serve this id
+        pass
+    spec = gym.spec(level) if level in gym.registry else None
+    if spec is not None and spec.vector_entry_point is not None:
+        vec = gym.make_vec(level, num_envs=E, vectorization_mode="vector_entry_point")
+        vec.reset(seed=0)
+        costs["gym-vector"] = cpu_time_per(lambda: vec.step(rng.integers(0, num_actions, E)), E * frames_per_step, seconds)
+        vec.close()
+    return costs
 
 
 def end_to_end(cfg: Config, frames: int, with_lag: bool = False) -> Any:
@@ -144,6 +190,8 @@ def main() -> None:
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--deterministic-cost", action="store_true", help="also run end to end with --deterministic and print its fps / normal fps")
     parser.add_argument("--runtime", choices=("local", "ray"), default="local", help="ray: also compare the Ray runtime (1 node, 2 simulated nodes)")
+    parser.add_argument("--inference", choices=("default", "both"), default="default", help="both: train each setting with actor and with central inference")
+    parser.add_argument("--readme", help="write the table between the throughput markers of this README")
     args = parser.parse_args()
     if args.runtime == "ray":
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, before Ray is imported
@@ -151,30 +199,62 @@ def main() -> None:
     tune_malloc()  # the learner process does the same
     torch.set_num_threads(1)
     print(f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes; component costs on one thread\n")
-    results = []
-    for name in args.only or list(SETTINGS):
+    table = [
+        "| setting | env (fastest stepper) | inference | learner (µs/frame) | limit (fps) | pronghorn (fps) | ratio |"
+        + (" other inference (fps, ratio) |" if args.inference == "both" else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if args.inference == "both" else ""),
+    ]
+    for name in args.only or DEFAULT_SETTINGS:
         cfg = Config(num_actors=args.num_actors, **SETTINGS[name])
         cfg = cfg.for_observations(probe(cfg.env, cfg).obs_shape)
-        costs = measure_components(cfg, args.seconds)
+        costs, stepper = measure_components(cfg, args.seconds)
         per_frame = sum(costs.values())
         limit = cores / per_frame
         frames = int(limit * args.e2e_seconds * 0.6)
         measured = end_to_end(cfg, frames)
         torch.set_num_threads(1)
-        results.append((name, cfg, costs, limit, measured))
+        shape = f"E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
         line = (
-            f"{name:15s} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size} | core-us/frame: "
+            f"{name:22s} {shape} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())
-            + f" | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
+            + f" ({stepper}) | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
         )
+        row = f"| {name} ({shape}) | {costs['env'] * 1e6:.1f} ({stepper}) | {costs['inference'] * 1e6:.1f} | {costs['learner'] * 1e6:.1f} | {limit:,.0f} | {measured:,.0f} | {measured / limit:.2f} |"
+        if args.inference == "both":
+            other = "central" if cfg.inference == "actor" else "actor"
+            alt = end_to_end(dataclasses.replace(cfg, inference=other), frames)
+            torch.set_num_threads(1)
+            line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / limit:.2f}, {alt / measured:.2f}x the default)"
+            row += f" {other}: {alt:,.0f}, {alt / limit:.2f} |"
         if args.deterministic_cost:
-            lockstep = end_to_end(dataclasses.replace(cfg, deterministic=True), frames)
+            lockstep = end_to_end(dataclasses.replace(cfg, deterministic=True, inference="actor"), frames)
             torch.set_num_threads(1)
             line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
         print(line, flush=True)
+        table.append(row)
         if args.runtime == "ray":
-            print(f"{name:15s} {ray_comparison(cfg, frames)}", flush=True)
-    print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit")
+            print(f"{name:22s} {ray_comparison(cfg, frames)}", flush=True)
+    print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit\n")
+    print("\n".join(table))
+    if args.readme:
+        write_table(args.readme, table, cores)
+
+
+BEGIN, END = "<!-- throughput table: benchmarks/throughput.py --readme README.md -->", "<!-- end of throughput table -->"
+
+
+def write_table(path: str, table: list[str], cores: int) -> None:
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path} has no throughput markers ({BEGIN} ... {END})")
+    stamp = time.strftime("%Y-%m-%d")
+    body = "\n".join([f"One run, {stamp}, {cores} cores:", "", *table])
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+    print(f"wrote the table into {path}")
 
 
 if __name__ == "__main__":

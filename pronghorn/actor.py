@@ -103,7 +103,7 @@ class LocalPolicy:
         # weights and observations give the same actions in both modes.
         self._generator = torch.Generator().manual_seed(cfg.seed + index)
 
-    @torch.no_grad()
+    @torch.inference_mode()  # lighter than no_grad per call: no version counters or views tracked
     def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer:
         truncation_value = self._truncation_values(env_out, last_action)
         obs = torch.from_numpy(env_out.obs)

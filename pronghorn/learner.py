@@ -113,10 +113,15 @@ class Learner:
             group["lr"] = self.learning_rate()
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.grad_norm_clip))
+        grad_norm_t = torch.nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.grad_norm_clip)
+        lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
+        # Every scalar this step reports, read from the device in one transfer: the step's only host-device
+        # sync (the finiteness check needs it before the optimizer step anyway).
+        scalars = torch.stack([total, pg, bl, ent, neg_entropy, grad_norm_t, lag.min(), lag.mean(), lag.max(), values.mean()]).detach()
+        total_f, pg_f, bl_f, ent_f, neg_entropy_f, grad_norm, lag_min, lag_mean, lag_max, value_mean = scalars.float().cpu().tolist()
         # A non-finite loss or gradient would poison the weights (and RMSProp's statistics) for good:
         # skip the update. The batch still counts as consumed frames.
-        finite = math.isfinite(total.item()) and math.isfinite(grad_norm)
+        finite = math.isfinite(total_f) and math.isfinite(grad_norm)
         if finite:
             self.optimizer.step()
             self.bad_updates_in_a_row = 0
@@ -130,22 +135,20 @@ class Learner:
         t = actions.shape[0]
         if count:
             self.frames += t * fresh * self.frames_per_step  # replayed columns were counted when they were fresh
-        lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
         self.steps += int(finite)
-        entropy = -neg_entropy.item() / actions.numel()  # mean per-step policy entropy
         metrics = {
-            "total_loss": total.item(),
-            "pg_loss": pg.item(),
-            "baseline_loss": bl.item(),
-            "entropy_loss": ent.item(),
-            "entropy": entropy,
+            "total_loss": total_f,
+            "pg_loss": pg_f,
+            "baseline_loss": bl_f,
+            "entropy_loss": ent_f,
+            "entropy": -neg_entropy_f / actions.numel(),  # mean per-step policy entropy
             "grad_norm": grad_norm,
             "learning_rate": self.learning_rate(),
-            "policy_lag_min": lag.min().item(),
-            "policy_lag_mean": lag.mean().item(),
-            "policy_lag_max": lag.max().item(),
+            "policy_lag_min": lag_min,
+            "policy_lag_mean": lag_mean,
+            "policy_lag_max": lag_max,
             "skipped_updates": float(self.skipped_updates),
-            "value_mean": values.mean().item(),
+            "value_mean": value_mean,
             **self.dead,
             **replay_metrics,
         }

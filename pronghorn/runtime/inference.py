@@ -222,7 +222,7 @@ class InferenceServer:
             self.error = exc
             log.exception("the inference server failed")
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _serve(self, ids: list[int]) -> None:
         """Answer actors `ids` (their requests are complete) in one forward pass."""
         started = time.perf_counter()
