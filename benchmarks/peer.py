@@ -118,6 +118,7 @@ def main() -> None:
         setting = SETTINGS[name]
         with tempfile.TemporaryDirectory() as sf_dir, tempfile.TemporaryDirectory() as ph_dir:
             sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir)
+            print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
             ph = run_pronghorn(setting["pronghorn"], args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
         line = (
             f"{name:9s} | sample factory {sf['fps']:9,.0f} fps, {sf['frames']:>10,} frames, return {sf['return']:8.2f}"

@@ -19,7 +19,7 @@ def train_for(args: list[str], seconds: float, logdir: str) -> list[dict[str, st
     print("pronghorn:", " ".join(cmd[3:]), flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)  # this checkout's pronghorn
     time.sleep(seconds)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C: checkpoint, stop the actors, exit
+    proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit (SIGINT is ignored in a background job)
     _, err = proc.communicate(timeout=180)
     path = os.path.join(logdir, "metrics.csv")
     rows = []

@@ -126,6 +126,11 @@ class ActorHost:
         return data, int(self.counters[0])
 
 
+# Weights up to this size travel inside each request (Ray inlines task arguments under 100 KiB): nothing in
+# the object store at all. Larger ones are put there once per version and shared by every request.
+INLINE_WEIGHT_BYTES = 64 * 1024
+
+
 class _Weights:
     """The newest weights: copied on publish (every update), put in the object store only when a request
     needs them (once per version, shared by every request that carries it). Putting on every update would
@@ -147,6 +152,8 @@ class _Weights:
         import ray
 
         with self._lock:
+            if self._flat is not None and self._flat.nbytes <= INLINE_WEIGHT_BYTES:
+                return self.version, self._flat  # by value, inside the request
             if self._ref is None and self._flat is not None:
                 self._ref = ray.put(self._flat)
             return self.version, self._ref

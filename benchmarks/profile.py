@@ -1,0 +1,78 @@
+"""Where the time goes: py-spy samples the learner process and one actor of a running `pronghorn train`.
+
+  .venv/bin/python benchmarks/profile.py -- --env CartPole-v1 --envs-per-actor 64 --batch-size 128
+  .venv/bin/python benchmarks/profile.py --seconds 20 -- --env ALE/Pong-v5 --env-backend envpool
+
+Training starts, runs --warmup seconds, then each process is sampled for --seconds (py-spy, 200 Hz, all
+threads, idle time left out); the script prints each process's functions with the largest share of
+samples (inclusive: the function and what it calls; self: the function's own lines) and stops training.
+py-spy comes with the dev extra (`make test` installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def record(pid: int, seconds: float, out: str) -> subprocess.Popen:
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "200", "-f", "raw", "-o", out, "--threads", "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def summarize(path: str, top: int) -> list[str]:
+    total, inclusive, own = 0, collections.Counter(), collections.Counter()
+    with open(path) as f:
+        for line in f:
+            stack, _, count = line.rstrip().rpartition(" ")
+            n = int(count)
+            frames = [fr for fr in stack.split(";")[1:] if not fr.startswith("thread ")]  # frame 0 names the thread
+            if not frames:
+                continue
+            total += n
+            own[frames[-1]] += n
+            for frame in set(frames):
+                inclusive[frame] += n
+    lines = [f"  {total} samples"]
+    lines += [f"  inclusive {n / total:6.1%}  {frame[:140]}" for frame, n in inclusive.most_common(top)]
+    lines += [f"  self      {n / total:6.1%}  {frame[:140]}" for frame, n in own.most_common(top)]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("flags", nargs="*", help="pronghorn train flags (after --)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pronghorn.cli", "train", *args.flags, "--total-frames", "10G", "--stop-at-return", "1e12"]
+        cmd += ["--logdir", os.path.join(tmp, "run"), "--no-progress"]
+        train = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(args.warmup)
+            actors = [c for c in psutil.Process(train.pid).children() if (c.cmdline() or [""])[0].startswith("pronghorn-actor-0")]
+            targets = {"learner": train.pid, **({"actor 0": actors[0].pid} if actors else {})}
+            spies = {name: (record(pid, args.seconds, os.path.join(tmp, f"{pid}.txt")), os.path.join(tmp, f"{pid}.txt")) for name, pid in targets.items()}
+            for name, (spy, out) in spies.items():
+                spy.wait(timeout=args.seconds + 60)
+                print(f"{name} (pid {targets[name]}):")
+                print("\n".join(summarize(out, args.top)) if os.path.exists(out) else "  py-spy wrote nothing")
+        finally:
+            train.send_signal(signal.SIGTERM)  # as Ctrl-C (SIGINT is ignored when this runs as a background job)
+            train.wait(timeout=120)
+
+
+if __name__ == "__main__":
+    main()
