@@ -52,6 +52,11 @@ def ensure_venv(path: str) -> str:
         print(f"creating {path} and installing {' '.join(PINS)} (once; about a minute)", flush=True)
         subprocess.run([sys.executable, "-m", "venv", path], check=True)
         subprocess.run([python, "-m", "pip", "install", "-q", *PINS], check=True)
+        # ale-py 0.9 registers the Atari ids only when imported, and Sample Factory's Atari example never
+        # imports it: a .pth line does, in every process of this venv (Sample Factory's workers included).
+        site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+        with open(os.path.join(site.stdout.strip(), "pronghorn_peer_ale.pth"), "w") as f:
+            f.write("import ale_py\n")
     return python
 
 

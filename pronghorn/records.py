@@ -108,3 +108,21 @@ def unroll_spec(
 def zeros_unroll(layout: tuple[FieldLayout, ...]) -> Unroll:
     """An Unroll of zero-filled CPU tensors with the given layout."""
     return Unroll(*(torch.from_numpy(np.zeros(shape, dtype)) for shape, dtype in layout))
+
+
+def packed_unroll(layout: tuple[FieldLayout, ...]) -> tuple[torch.Tensor, Unroll]:
+    """One zero-filled byte buffer holding a whole slot, and the Unroll of typed views into it.
+
+    A slot that is one block moves as one copy (the Ray runtime ships unrolls this way) instead of one
+    copy per field. Each field starts on an 8-byte boundary so every view is aligned for its dtype."""
+    offsets, size = [], 0
+    for shape, dtype in layout:
+        offsets.append(size)
+        size += -(-int(np.prod(shape)) * dtype.itemsize // 8) * 8
+    flat = torch.zeros(size, dtype=torch.uint8)
+    views = []
+    for (shape, dtype), offset in zip(layout, offsets):
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        views.append(flat[offset : offset + nbytes].view(torch.from_numpy(np.zeros(0, dtype)).dtype).view(shape))
+    return flat, Unroll(*views)
+

@@ -157,9 +157,7 @@ class InferenceServer:
     def connect(self, index: int, conn: Connection) -> None:
         """Actor `index` (new, or the replacement of a dead one) asks through `conn` from now on."""
         with self._lock:
-            old, self._conns[index] = self._conns[index], conn
-        if old is not None:
-            old.close()
+            self._conns[index] = conn  # the dead actor's pipe ends in EOF; the server thread closes it (_drop)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="pronghorn-inference", daemon=True)
@@ -175,6 +173,13 @@ class InferenceServer:
             if self._conns[index] is conn:
                 self._conns[index] = None
         conn.close()
+
+    @staticmethod
+    def _wait(conns: list[Connection], timeout: float) -> list[Any]:
+        try:
+            return wait(conns, timeout=timeout)
+        except (OSError, ValueError):  # a pipe closed under us (an actor replaced): the next pass rereads the live set
+            return []
 
     def _take(self, conns: list[Any], live: dict[Connection, int], pending: list[int]) -> None:
         for conn in conns:
@@ -192,7 +197,7 @@ class InferenceServer:
                 if not live:
                     time.sleep(0.01)
                     continue
-                first = wait(list(live), timeout=0.1)
+                first = self._wait(list(live), 0.1)
                 if not first:
                     continue
                 start = time.monotonic()
@@ -204,7 +209,7 @@ class InferenceServer:
                     remaining = start + self.max_wait - time.monotonic()
                     if not rest or remaining <= 0:
                         break
-                    self._take(wait(rest, timeout=remaining), live, pending)
+                    self._take(self._wait(rest, remaining), live, pending)
                 if not pending:
                     continue
                 self._gather_max = max(self._gather_max, time.monotonic() - start)

@@ -32,7 +32,7 @@ import torch
 from pronghorn.actor import actor_label
 from pronghorn.config import Config, ConfigError, resolved
 from pronghorn.envs import EnvSpec
-from pronghorn.records import Unroll, unroll_spec, zeros_unroll
+from pronghorn.records import Unroll, packed_unroll, unroll_spec
 from pronghorn.runtime.local import _CRASH_WINDOW, WorkerError
 
 # Ray otherwise rewrites 127.0.0.1 to the machine's interface address (see MACHINE-FACTS); set before ray is imported.
@@ -79,7 +79,7 @@ class ActorHost:
         torch.set_num_threads(1)
         self.index, self.cfg, self.spec = index, cfg, spec
         layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
-        self.slots = [zeros_unroll(layout) for _ in range(IN_FLIGHT)]
+        self._flat, self.slots = zip(*(packed_unroll(layout) for _ in range(IN_FLIGHT)))  # a slot is one block: one copy out
         self._idle: queue.Queue[int] = queue.Queue()
         for i in range(IN_FLIGHT):
             self._idle.put(i)
@@ -100,12 +100,12 @@ class ActorHost:
 
         try:
             # It runs until Ray ends the actor's process (ray.kill at close, or the actor's death).
-            run_actor(self.index, self.cfg, self.spec, self.slots, self._free, self._full, self.weights, self.counters, lambda: False)
+            run_actor(self.index, self.cfg, self.spec, list(self.slots), self._free, self._full, self.weights, self.counters, lambda: False)
         except BaseException as exc:  # handed to the next request, which fails with it
             self._error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
-    def unroll(self, version: int, flat: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
-        """One unroll made with weights no older than `version`; returns its fields and the env failures so far."""
+    def unroll(self, version: int, flat: np.ndarray) -> tuple[np.ndarray, int]:
+        """One unroll made with weights no older than `version`; returns the slot's bytes and the env failures so far."""
         self.weights.offer(flat, version)
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="pronghorn-actor-loop", daemon=True)
@@ -121,7 +121,7 @@ class ActorHost:
             except queue.Empty:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"actor {self.index} made no unroll in {self.cfg.timeout:.0f} s") from None
-        data = {name: t.numpy().copy() for name, t in zip(Unroll._fields, self.slots[slot])}  # the slot is reused next
+        data = self._flat[slot].numpy().copy()  # the slot is reused next
         self._idle.put(slot)
         return data, int(self.counters[0])
 
@@ -204,7 +204,8 @@ class RayRuntime:
                 f"a larger --object-store-memory"
             )
         self.num_slots = max(cfg.buffer_slots, cfg.batch_slots + IN_FLIGHT * cfg.num_actors)
-        self._slots = [zeros_unroll(layout) for _ in range(self.num_slots)]
+        self._flat, slots = zip(*(packed_unroll(layout) for _ in range(self.num_slots)))
+        self._slots = list(slots)
         self.router = _Router(self.num_slots)
         self.weights = _Weights()
         self.actors: list[Any] = []
@@ -267,9 +268,7 @@ class RayRuntime:
                     except RayTaskError as exc:
                         raise WorkerError(f"actor {actor} ({actor_label(self.cfg, actor)}) failed: {exc.cause or exc}") from None
                     del ref  # drop the reference now: the object store frees the unroll
-                    target = self._slots[slot]
-                    for name, t in zip(Unroll._fields, target):
-                        t.numpy()[...] = data[name]  # a copy: Ray's arrays are read-only views of the object store
+                    self._flat[slot].numpy()[...] = data  # one copy: Ray's arrays are read-only views of the object store
                     self._failures[actor] = failures
                     if self._down[actor]:
                         self._down[actor] = False
