@@ -10,9 +10,11 @@ Factory reached.
   .venv/bin/python benchmarks/peer.py --only cartpole --seconds 60
 
 Settings (same network on both sides):
-  cartpole  CartPole-v1, MLP 2 x 64, no RNN; 2 workers/actors.
+  cartpole  CartPole-v1, MLP 2 x 64, no RNN; 2 workers/actors; pronghorn with its defaults and with
+            64 envs per actor, batch 128.
   pong      Pong, the Nature CNN (pronghorn --model nature; Sample Factory convnet_atari), no RNN,
-            2 workers/actors x 8 envs. Sample Factory plays PongNoFrameskip-v4 with its own wrappers,
+            2 workers/actors x 8 envs (Sample Factory: 8 minibatches of 256 per rollout of 2,048 steps, as
+            its sample/train ratio must be whole). Sample Factory plays PongNoFrameskip-v4 with its own wrappers,
             pronghorn ALE/Pong-v5 through envpool with --sticky-actions 0 (v4 has no sticky actions).
 """
 
@@ -37,11 +39,11 @@ PINS = ["torch==2.13.0", "sample-factory==2.1.1", "ale-py<0.10"]  # ale-py 0.9 i
 SETTINGS = {
     "cartpole": dict(
         sf=["-m", "sf_examples.train_gym_env", "--env", "CartPole-v1", "--encoder_mlp_layers", "64", "64", "--num_envs_per_worker", "16"],
-        pronghorn=["--env", "CartPole-v1", "--hidden-size", "64"],
+        pronghorn={"defaults": ["--env", "CartPole-v1"], "E=64 B=128": ["--env", "CartPole-v1", "--envs-per-actor", "64", "--batch-size", "128"]},
     ),
     "pong": dict(
-        sf=["-m", "sf_examples.atari.train_atari", "--env", "atari_pong", "--encoder_conv_architecture", "convnet_atari", "--num_envs_per_worker", "8"],
-        pronghorn=["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0", "--envs-per-actor", "8"],
+        sf=["-m", "sf_examples.atari.train_atari", "--env", "atari_pong", "--encoder_conv_architecture", "convnet_atari", "--num_envs_per_worker", "8", "--num_batches_per_epoch", "8"],
+        pronghorn={"defaults": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0"]},
     ),
 }
 
@@ -121,17 +123,19 @@ def main() -> None:
     lines = []
     for name in args.only or list(SETTINGS):
         setting = SETTINGS[name]
-        with tempfile.TemporaryDirectory() as sf_dir, tempfile.TemporaryDirectory() as ph_dir:
+        with tempfile.TemporaryDirectory() as sf_dir:
             sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir)
-            print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
-            ph = run_pronghorn(setting["pronghorn"], args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
-        line = (
-            f"{name:9s} | sample factory {sf['fps']:9,.0f} fps, {sf['frames']:>10,} frames, return {sf['return']:8.2f}"
-            f" | pronghorn {ph['fps']:9,.0f} fps, {ph['frames']:>10,} frames, return {ph['return']:8.2f} ({ph['return_at']:.2f} at {sf['frames']:,} frames)"
-            f" | fps ratio {ph['fps'] / sf['fps']:.1f}x"
-        )
-        print(line, flush=True)
-        lines.append(line)
+        print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
+        for variant, flags in setting["pronghorn"].items():
+            with tempfile.TemporaryDirectory() as ph_dir:
+                ph = run_pronghorn(flags, args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
+            line = (
+                f"{name:9s} | sample factory {sf['fps']:9,.0f} fps, {sf['frames']:>10,} frames, return {sf['return']:8.2f}"
+                f" | pronghorn ({variant}) {ph['fps']:9,.0f} fps, {ph['frames']:>10,} frames, return {ph['return']:8.2f}"
+                f" ({ph['return_at']:.2f} at {sf['frames']:,} frames) | fps ratio {ph['fps'] / sf['fps']:.1f}x"
+            )
+            print(line, flush=True)
+            lines.append(line)
     print(f"\n{args.seconds:.0f} s each on {os.cpu_count()} cores; fps = training frames/s in steady state (first quarter skipped)")
     for line in lines:
         print(line)
