@@ -42,7 +42,18 @@ SETTINGS = {
         pronghorn={"defaults": ["--env", "CartPole-v1"], "E=64 B=128": ["--env", "CartPole-v1", "--envs-per-actor", "64", "--batch-size", "128"]},
     ),
     "pong": dict(
-        sf=["-m", "sf_examples.atari.train_atari", "--env", "atari_pong", "--encoder_conv_architecture", "convnet_atari", "--num_envs_per_worker", "8", "--num_batches_per_epoch", "8"],
+        sf=[
+            "-m",
+            "sf_examples.atari.train_atari",
+            "--env",
+            "atari_pong",
+            "--encoder_conv_architecture",
+            "convnet_atari",
+            "--num_envs_per_worker",
+            "8",
+            "--num_batches_per_epoch",
+            "8",
+        ],
         pronghorn={"defaults": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0"]},
     ),
 }
@@ -78,12 +89,17 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
         try:
             proc.wait(timeout=seconds + 60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
+                pass
+        finally:
+            try:  # whatever of its session is left (workers of a hung shutdown) must not run into the next measurement
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            except ProcessLookupError:
+                pass
+            proc.wait()
     with open(log_path) as f:
         output = f.read()
     points, rewards = [], []  # (time, frames), (frames, mean reward)

@@ -125,4 +125,3 @@ def packed_unroll(layout: tuple[FieldLayout, ...]) -> tuple[torch.Tensor, Unroll
         nbytes = int(np.prod(shape)) * dtype.itemsize
         views.append(flat[offset : offset + nbytes].view(torch.from_numpy(np.zeros(0, dtype)).dtype).view(shape))
     return flat, Unroll(*views)
-
