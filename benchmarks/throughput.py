@@ -146,7 +146,7 @@ def raw_env_costs(level: str, E: int, num_actions: int, frames_per_step: int, se
     return costs
 
 
-def end_to_end(cfg: Config, frames: int, with_lag: bool = False) -> Any:
+def end_to_end(cfg: Config, frames: int, with_lag: bool | str = False) -> Any:
     """Steady-state training frames/s (and, with_lag, the mean policy lag over the same rows)."""
     with tempfile.TemporaryDirectory() as logdir, contextlib.redirect_stderr(io.StringIO()):
         result = train(Config(**{**cfg.__dict__, "total_frames": frames, "logdir": logdir, "progress": False, "log_interval": 2.0, "stop_at_return": 1e12}))
@@ -159,6 +159,9 @@ def end_to_end(cfg: Config, frames: int, with_lag: bool = False) -> Any:
     else:
         fps = (float(rows[-1]["frames"]) - float(rows[0]["frames"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
     lag = sum(float(r["policy_lag_mean"]) for r in rows) / max(1, len(rows))
+    if with_lag == "store":  # Ray: also the most object store the run held, and its bound
+        used = [float(r["object_store_mib"]) for r in rows if r.get("object_store_mib") not in (None, "", "nan")]
+        return fps, lag, max(used, default=float("nan")), float(rows[-1].get("object_store_bound_mib") or "nan")
     return (fps, lag) if with_lag else fps
 
 
@@ -167,18 +170,19 @@ def ray_comparison(cfg: Config, frames: int) -> str:
     from ray.cluster_utils import Cluster
 
     local, lag = end_to_end(cfg, frames, with_lag=True)
-    one, lag1 = end_to_end(dataclasses.replace(cfg, runtime="ray"), frames, with_lag=True)
+    one, lag1, store1, bound = end_to_end(dataclasses.replace(cfg, runtime="ray"), frames, with_lag="store")
     store = 300 * 2**20
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=1, object_store_memory=store)
         cluster.wait_for_nodes()
-        two, lag2 = end_to_end(dataclasses.replace(cfg, runtime="ray", ray_address=cluster.address), frames, with_lag=True)
+        two, lag2, store2, _ = end_to_end(dataclasses.replace(cfg, runtime="ray", ray_address=cluster.address), frames, with_lag="store")
     finally:
         cluster.shutdown()
     return (
         f"local {local:9,.0f} fps (lag {lag:.2f}) | ray, 1 node {one:9,.0f} fps (lag {lag1:.2f}, {one / local:.2f}x)"
         f" | ray, 2 simulated nodes {two:9,.0f} fps (lag {lag2:.2f}, {two / local:.2f}x)"
+        f" | object store at most {store1:.2f} / {store2:.2f} MiB (1 / 2 nodes), bound {bound:.2f} MiB"
     )
 
 

@@ -195,6 +195,8 @@ class RayRuntime:
         # one requests still in flight refer to). Refuse a cluster whose store cannot hold that.
         need = cfg.num_actors * IN_FLIGHT * self.unroll_bytes + 2 * self.weight_bytes
         store = ray.cluster_resources().get("object_store_memory", float("inf"))
+        self.store_capacity = store
+        self.store_bound_mib = 1.1 * need / 2**20  # what the run may hold: N*K unrolls + 2 weight copies + 10 %
         if need > store:
             if self._own_ray:
                 ray.shutdown()
@@ -283,9 +285,10 @@ class RayRuntime:
             from ray._private.internal_api import memory_summary
 
             text = memory_summary(stats_only=True)
-            used = re.search(r"Plasma memory usage ([\d.]+) MiB", text)
+            # "Plasma memory usage 0 MiB, 3 objects, 0.01% full": the percentage resolves finer than whole MiB.
+            used = re.search(r"Plasma memory usage ([\d.]+) MiB, \d+ objects, ([\d.]+)% full", text)
             spilled = re.search(r"Spilled ([\d.]+) MiB", text)
-            self.store_mib = float(used.group(1)) if used else float("nan")
+            self.store_mib = float(used.group(2)) / 100 * self.store_capacity / 2**20 if used else float("nan")
             self.spilled_mib = float(spilled.group(1)) if spilled else 0.0
         except Exception:  # a diagnostic: never a reason to stop training
             self.store_mib = float("nan")
@@ -347,6 +350,7 @@ class RayRuntime:
             "unrolls_in_flight": float(len(self._in_flight)),
             "unrolls_in_flight_max": float(self.max_in_flight),
             "object_store_mib": self.store_mib,
+            "object_store_bound_mib": self.store_bound_mib,
             "object_store_spilled_mib": self.spilled_mib,
         }
 

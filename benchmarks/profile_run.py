@@ -1,7 +1,7 @@
 """Where the time goes: py-spy samples the learner process and one actor of a running `pronghorn train`.
 
-  .venv/bin/python benchmarks/profile.py -- --env CartPole-v1 --envs-per-actor 64 --batch-size 128
-  .venv/bin/python benchmarks/profile.py --seconds 20 -- --env ALE/Pong-v5 --env-backend envpool
+  .venv/bin/python benchmarks/profile_run.py -- --env CartPole-v1 --envs-per-actor 64 --batch-size 128
+  .venv/bin/python benchmarks/profile_run.py --seconds 20 -- --env ALE/Pong-v5 --env-backend envpool
 
 Training starts, runs --warmup seconds, then each process is sampled for --seconds (py-spy, 200 Hz, all
 threads, idle time left out); the script prints each process's functions with the largest share of
