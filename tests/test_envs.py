@@ -97,3 +97,34 @@ def test_envpool_takes_no_noops():
         assert np.array_equal(first[0], first[1])
     finally:
         env.close()
+
+
+def test_envpool_classic_control_matches_gymnasium_semantics():
+    """CartPole through envpool (the auto backend's choice): same-step reset, truncation at 500 with final_obs."""
+    assert Config(env="CartPole-v1").backend == "envpool"
+    assert Config(env="tests.flaky_env:ShortCartPole-v0").backend == "gymnasium"
+    lengths = {}
+    for backend in ("envpool", "gymnasium"):
+        env = make_batched("CartPole-v1", list(range(4)), Config(env="CartPole-v1", env_backend=backend))
+        out, ends = env.reset(), []
+        for _ in range(1100):
+            balance = (out.obs[:, 2] + 0.5 * out.obs[:, 3] > 0).astype(np.int64)  # keeps the pole up: only the time limit ends it
+            before = out.obs.copy()
+            out = env.step(balance)
+            for j in np.flatnonzero(out.episode_end):
+                assert out.truncated[j] and not out.terminated[j]
+                assert np.abs(out.final_obs[j] - before[j]).max() < 0.5  # the last observation, one step on
+                assert np.abs(out.obs[j]).max() <= 0.05  # already the next episode's first observation
+                ends.append((int(out.episode_frames[j]), float(out.episode_return[j])))
+        env.close()
+        lengths[backend] = ends
+    assert lengths["envpool"] == lengths["gymnasium"] == [(500, 500.0)] * 8
+
+
+def test_envs_per_actor_defaults_by_observation_kind():
+    assert Config().for_observations((4,)).envs == 16  # vectors: cheap steps, more envs per actor
+    assert Config(replay_fraction=0.5).for_observations((4,)).envs == 8  # a batch of 16 can be half replayed
+    assert Config(env="ALE/Pong-v5").for_observations((4, 84, 84)).envs == 8
+    assert Config(envs_per_actor=4).for_observations((4,)).envs == 4
+    with pytest.raises(ValueError, match="unresolved"):
+        Config().envs  # noqa: B018  (the property raises before for_observations)

@@ -57,7 +57,9 @@ class _LocalWeights:
 
     def offer(self, flat: np.ndarray, version: int) -> None:
         if version > self._version:
-            self._flat, self._version = flat, version
+            # A copy: Ray hands large arrays over as views of the object store, and a view kept here would
+            # keep that version stored until the next one arrives.
+            self._flat, self._version = np.array(flat), version
             self._ready.set()
 
     def load_into(self, model: torch.nn.Module, timeout: float) -> int:
@@ -222,7 +224,8 @@ class RayRuntime:
         self._stop = threading.Event()
         self._pump: threading.Thread | None = None
         self.nodes: list[dict[str, Any]] = []
-        self.store_mib = float("nan")  # Ray object store in use, cluster-wide (read by the pump every few seconds)
+        self.store_mib = float("nan")  # Ray object store held by live references, cluster-wide (read by the pump every few seconds)
+        self.store_cached_mib = float("nan")  # ... plus unreferenced objects the store has not evicted yet
         self.spilled_mib = 0.0
 
     def start(self) -> None:
@@ -285,13 +288,16 @@ class RayRuntime:
             from ray._private.internal_api import memory_summary
 
             text = memory_summary(stats_only=True)
-            # "Plasma memory usage 0 MiB, 3 objects, 0.01% full": the percentage resolves finer than whole MiB.
-            used = re.search(r"Plasma memory usage ([\d.]+) MiB, \d+ objects, ([\d.]+)% full", text)
+            # "Plasma memory usage 108 MiB, 62 objects, 1.53% full, 0.09% needed". "needed" is what referenced
+            # objects take (what the run holds); "full" adds objects nobody refers to any more, which the
+            # store keeps until it needs the room (measured here: Pong's superseded weights, ~100 MiB).
+            used = re.search(r"Plasma memory usage ([\d.]+) MiB, \d+ objects, ([\d.]+)% full, ([\d.]+)% needed", text)
             spilled = re.search(r"Spilled ([\d.]+) MiB", text)
-            self.store_mib = float(used.group(2)) / 100 * self.store_capacity / 2**20 if used else float("nan")
+            self.store_mib = float(used.group(3)) / 100 * self.store_capacity / 2**20 if used else float("nan")
+            self.store_cached_mib = float(used.group(2)) / 100 * self.store_capacity / 2**20 if used else float("nan")
             self.spilled_mib = float(spilled.group(1)) if spilled else 0.0
         except Exception:  # a diagnostic: never a reason to stop training
-            self.store_mib = float("nan")
+            self.store_mib = self.store_cached_mib = float("nan")
 
     def _submit(self) -> None:
         per_actor = collections.Counter(a for a, _ in self._in_flight.values())
@@ -350,6 +356,7 @@ class RayRuntime:
             "unrolls_in_flight": float(len(self._in_flight)),
             "unrolls_in_flight_max": float(self.max_in_flight),
             "object_store_mib": self.store_mib,
+            "object_store_used_mib": self.store_cached_mib,
             "object_store_bound_mib": self.store_bound_mib,
             "object_store_spilled_mib": self.spilled_mib,
         }
