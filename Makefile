@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup train test test-cluster lint wheel bench-throughput bench-replay learn learn-quick learn-pong learn-multilevel clean
+.PHONY: setup train test test-cluster lint wheel bench-throughput bench-peer gpu-check bench-replay learn learn-quick learn-pong learn-multilevel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ wheel: $(STAMP)
 
 bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py
+
+# Sample Factory beside pronghorn (installs Sample Factory into benchmarks/.peer-venv, not into .venv).
+bench-peer: $(STAMP)
+	$(BIN)/python benchmarks/peer.py
+
+# The GPU path, measured (staging overlap, learner rate, end to end, raw envpool); JSON on stdout.
+gpu-check: $(STAMP)
+	benchmarks/gpu_check.sh
 
 bench-replay: $(STAMP)
 	$(BIN)/python benchmarks/replay.py speed

@@ -149,9 +149,16 @@ class TensorBoardSink:
                 self._writer.add_scalar(key if "/" in key else f"learner/{key}", value, frames)
 
     def episodes(self, episodes: list[Episode]) -> None:
+        # One point per level per learner step (the mean of the games that ended in it), not one per game:
+        # a cheap env ends hundreds of games a second, and writing each was a fifth of the learner
+        # process's time (profiled, CartPole at 340K frames/s). episodes.csv keeps every game.
+        by_level: dict[str, list[Episode]] = {}
         for e in episodes:
-            self._writer.add_scalar(f"{e.level}/episode_return", e.episode_return, e.frames)
-            self._writer.add_scalar(f"{e.level}/episode_frames", e.episode_frames, e.frames)
+            by_level.setdefault(e.level, []).append(e)
+        for level, games in by_level.items():
+            frames = games[-1].frames
+            self._writer.add_scalar(f"{level}/episode_return", sum(g.episode_return for g in games) / len(games), frames)
+            self._writer.add_scalar(f"{level}/episode_frames", sum(g.episode_frames for g in games) / len(games), frames)
 
     def evaluation(self, result: Evaluation) -> None:
         # At the checkpoint's frames, not when the result arrived: the curve lines up with training's.

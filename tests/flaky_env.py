@@ -76,6 +76,7 @@ class SegfaultingCartPole(CartPoleEnv):
 
 
 gym.register("SegfaultingCartPole-v0", entry_point=SegfaultingCartPole, max_episode_steps=500)
+gym.register("SegfaultingEarlyCartPole-v0", entry_point=SegfaultingCartPole, kwargs={"steps": 5}, max_episode_steps=500)  # dies before its first unroll
 gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500)
 gym.register("AlwaysFailing-v0", entry_point=FlakyCartPole, kwargs={"fail_every": 1}, max_episode_steps=500)
 gym.register("FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)

@@ -82,6 +82,16 @@ def test_env_failures_inside_ray_actors_are_counted_and_a_row_of_them_stops_trai
     assert_no_leaks()
 
 
+def test_an_actor_that_keeps_dying_trips_the_crash_loop_rule_on_ray(tmp_path):
+    # Each incarnation kills its own process after 5 env steps, before its first unroll; Ray restarts it
+    # every time. Every death counts, though the restarted actor never delivers in between.
+    args = ["--env", "tests.flaky_env:SegfaultingEarlyCartPole-v0", "--num-actors", "1", "--envs-per-actor", "1", "--batch-size", "1"]
+    proc = _train([*args, "--max-actor-restarts", "2", "--logdir", str(tmp_path / "loop"), "--total-frames", "10M"], timeout=240)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "died 3 times within 60 s: a crash loop" in last, proc.stderr[-3000:]
+    assert_no_leaks()
+
+
 def test_without_ray_installed_runtime_ray_exits_2_with_one_line(tmp_path):
     hide = tmp_path / "hide"
     hide.mkdir()

@@ -216,6 +216,7 @@ class RayRuntime:
         self.restarts = 0
         self._restart_times: list[collections.deque[float]] = [collections.deque() for _ in range(cfg.num_actors)]
         self._down = [False] * cfg.num_actors  # a death counted, no unroll from it since
+        self._counted = [0] * cfg.num_actors  # deaths counted per actor (checked against Ray's restart count)
         self._retry_at = [0.0] * cfg.num_actors  # while down: when to ask it again (Ray fails calls at once during a restart)
         self._failures = [0] * cfg.num_actors
         self._in_flight: dict[Any, tuple[int, int]] = {}  # request ref -> (actor, learner slot)
@@ -316,14 +317,32 @@ class RayRuntime:
                 per_actor[i] += 1
         self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
 
+    def _ray_restarts(self, i: int) -> int | None:
+        """How many times Ray has restarted actor i (GCS's actor table, an internal API: None if it changes)."""
+        try:
+            from ray._private.state import state
+
+            return int(state.actor_table(self.actors[i]._actor_id.hex())["NumRestarts"])
+        except Exception:  # a diagnostic source: without it, a death counts once until the actor delivers
+            return None
+
     def _actor_down(self, i: int, exc: BaseException) -> None:
-        self._retry_at[i] = time.monotonic() + 0.5
-        if self._down[i]:
-            return  # further failed requests of the same death (or calls while Ray restarts it)
-        self._down[i] = True
         now = time.monotonic()
+        self._retry_at[i] = now + 0.5
+        # Every failed request of a dead actor lands here: the others in flight when it died, and each retry
+        # while Ray restarts it ("unavailable"). Ray's own restart count tells a new death from those, also
+        # when the restarted actor dies again before delivering anything (a crash loop counts every time).
+        restarts = self._ray_restarts(i)
+        if self._down[i]:
+            if restarts is None or restarts <= self._counted[i]:
+                return
+            new = restarts - self._counted[i]
+        else:
+            new = 1  # noticed now; Ray's count may not have moved yet
+        self._counted[i] = max(self._counted[i] + new, restarts or 0)
+        self._down[i] = True
         times = self._restart_times[i]
-        times.append(now)
+        times.extend([now] * new)
         while times and now - times[0] > _CRASH_WINDOW:
             times.popleft()
         node = self.nodes[i]["node_id"][:12] if i < len(self.nodes) else "?"
@@ -331,7 +350,7 @@ class RayRuntime:
             raise WorkerError(
                 f"actor {i} ({actor_label(self.cfg, i)}) died {len(times)} times within {_CRASH_WINDOW:.0f} s: a crash loop; raise --max-actor-restarts"
             )
-        self.restarts += 1
+        self.restarts += new
         log.warning(
             "actor %d (%s, node %s) died (%s); its unrolls in flight are dropped, Ray restarts it", i, actor_label(self.cfg, i), node, type(exc).__name__
         )
