@@ -40,6 +40,12 @@ _T = TypeVar("_T")
 ENVPOOL_CLASSIC_CONTROL = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0"})
 
 
+def need(ok: bool, message: str) -> None:
+    """Raise a ConfigError with `message` unless `ok` (the message names the flag and the fix)."""
+    if not ok:
+        raise ConfigError(message)
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -274,10 +280,6 @@ class Config:
     """Seconds any blocking wait may last before training stops with an error naming what it waited for."""
 
     def __post_init__(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-
         need(bool(self.env.strip()), "--env is empty: give a Gymnasium id such as CartPole-v1 or ALE/Pong-v5")
         if self.levels is not None:
             self._check_levels()
@@ -367,10 +369,6 @@ class Config:
     def _check_batch(self) -> None:
         """Checks of the batch against --envs-per-actor (run once for_observations has filled both in)."""
 
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-
         envs_per_actor = self.envs
         if self.batch_size is not None and self.batch_size % envs_per_actor:
             fit = envs_per_actor * max(1, round(self.batch_size / envs_per_actor))
@@ -393,10 +391,6 @@ class Config:
             )
 
     def _check_replay(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-
         need(0 <= self.replay_fraction < 1, f"--replay-fraction is {self.replay_fraction}: it must lie in [0, 1) (some of every batch must be fresh)")
         need(self.replay_capacity >= 1, f"--replay-capacity is {self.replay_capacity}: it must be at least 1 unroll")
         need(self.replay_priority_exponent >= 0, f"--replay-priority-exponent is {self.replay_priority_exponent}: it must be 0 or more")
@@ -481,15 +475,12 @@ class Config:
         if self.batch_size is None and self.deterministic and slots % self.num_actors:
             # lock-step takes as many unrolls from each actor: a whole number of unrolls per actor per batch
             defaults["batch_size"] = envs_per_actor * self.num_actors * max(1, round(slots / self.num_actors))
+        filled = {name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items()}
         if self.inference == "auto":
             # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model:
             # worth it where the model is costly or the learner has an accelerator, not for a cheap CPU model.
             central = torso == "deep" or self.device == "cuda" or (self.device == "auto" and _cuda_available())
-            central = central and self.runtime == "local" and not self.deterministic
-            defaults["inference"] = "central" if central else "actor"
-        filled = {name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items() if name != "inference"}
-        if "inference" in defaults:
-            filled["inference"] = defaults["inference"]
+            filled["inference"] = "central" if central and self.runtime == "local" and not self.deterministic else "actor"
         return dataclasses.replace(self, **filled)
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:

@@ -226,7 +226,7 @@ class RayRuntime:
         self._pump: threading.Thread | None = None
         self.nodes: list[dict[str, Any]] = []
         self.store_mib = float("nan")  # Ray object store held by live references, cluster-wide (read by the pump every few seconds)
-        self.store_cached_mib = float("nan")  # ... plus unreferenced objects the store has not evicted yet
+        self.store_used_mib = float("nan")  # ... plus unreferenced objects the store has not evicted yet
         self.spilled_mib = 0.0
 
     def start(self) -> None:
@@ -295,10 +295,10 @@ class RayRuntime:
             used = re.search(r"Plasma memory usage ([\d.]+) MiB, \d+ objects, ([\d.]+)% full, ([\d.]+)% needed", text)
             spilled = re.search(r"Spilled ([\d.]+) MiB", text)
             self.store_mib = float(used.group(3)) / 100 * self.store_capacity / 2**20 if used else float("nan")
-            self.store_cached_mib = float(used.group(2)) / 100 * self.store_capacity / 2**20 if used else float("nan")
+            self.store_used_mib = float(used.group(2)) / 100 * self.store_capacity / 2**20 if used else float("nan")
             self.spilled_mib = float(spilled.group(1)) if spilled else 0.0
         except Exception:  # a diagnostic: never a reason to stop training
-            self.store_mib = self.store_cached_mib = float("nan")
+            self.store_mib = self.store_used_mib = float("nan")
 
     def _submit(self) -> None:
         per_actor = collections.Counter(a for a, _ in self._in_flight.values())
@@ -375,7 +375,7 @@ class RayRuntime:
             "unrolls_in_flight": float(len(self._in_flight)),
             "unrolls_in_flight_max": float(self.max_in_flight),
             "object_store_mib": self.store_mib,
-            "object_store_used_mib": self.store_cached_mib,
+            "object_store_used_mib": self.store_used_mib,
             "object_store_bound_mib": self.store_bound_mib,
             "object_store_spilled_mib": self.spilled_mib,
         }
