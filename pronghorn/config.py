@@ -1,7 +1,7 @@
 """The one typed, frozen run configuration.
 
 Every field carries a docstring; tyro turns them into `pronghorn train --help`. Validation happens on
-construction (`__post_init__`) so a bad value fails before any process starts, with a message that says
+construction (`__post_init__` runs `config_checks.check`) so a bad value fails before any process starts, with a message that says
 what is wrong and how to fix it.
 """
 
@@ -12,15 +12,18 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import tyro
 
+# Re-exported: the rest of the package imports these from pronghorn.config.
+from pronghorn.config_checks import ENVPOOL_CLASSIC_CONTROL as ENVPOOL_CLASSIC_CONTROL
+from pronghorn.config_checks import ConfigError as ConfigError
+from pronghorn.config_checks import check
+from pronghorn.config_checks import need as need
+from pronghorn.config_checks import resolved as resolved
+
 _SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}
-
-
-class ConfigError(Exception):
-    """A configuration value is invalid; the message names the field and the fix."""
 
 
 def parse_count(text: str) -> int:
@@ -34,29 +37,10 @@ def parse_count(text: str) -> int:
     return int(value)
 
 
-_T = TypeVar("_T")
-
-# The discrete classic-control ids envpool steps in C++ (its Pendulum and MountainCarContinuous are continuous).
-ENVPOOL_CLASSIC_CONTROL = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0"})
-
-
-def need(ok: bool, message: str) -> None:
-    """Raise a ConfigError with `message` unless `ok` (the message names the flag and the fix)."""
-    if not ok:
-        raise ConfigError(message)
-
-
 def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def resolved(value: _T | None, name: str) -> _T:
-    """A field that Config.for_observations fills in (None until then): its value, or a clear error."""
-    if value is None:
-        raise ValueError(f"Config.{name} is unresolved: call Config.for_observations first")
-    return value
 
 
 def frame_count_flag(flag: str) -> Any:
@@ -280,171 +264,7 @@ class Config:
     """Seconds any blocking wait may last before training stops with an error naming what it waited for."""
 
     def __post_init__(self) -> None:
-        need(bool(self.env.strip()), "--env is empty: give a Gymnasium id such as CartPole-v1 or ALE/Pong-v5")
-        if self.levels is not None:
-            self._check_levels()
-        for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_size", "total_frames", "hidden_size", "updates_per_batch"):
-            value = getattr(self, name)
-            need(value is None or value >= 1, f"--{name.replace('_', '-')} is {value}: it must be at least 1")
-        need(
-            self.lr_decay_frames is None or self.lr_decay_frames >= 0,
-            f"--lr-decay-frames is {self.lr_decay_frames}: give a frame count, or 0 for a constant rate",
-        )
-        need(self.learning_rate is None or self.learning_rate > 0, f"--learning-rate is {self.learning_rate}: it must be positive")
-        need(0 <= self.discount <= 1, f"--discount is {self.discount}: it must lie in [0, 1]")
-        need(0 < self.rmsprop_alpha < 1, f"--rmsprop-alpha is {self.rmsprop_alpha}: it must lie in (0, 1)")
-        need(self.rmsprop_eps is None or self.rmsprop_eps > 0, f"--rmsprop-eps is {self.rmsprop_eps}: it must be positive")
-        need(self.rmsprop_momentum >= 0, f"--rmsprop-momentum is {self.rmsprop_momentum}: it must be 0 or more")
-        need(0 <= self.vtrace_lambda <= 1, f"--vtrace-lambda is {self.vtrace_lambda}: it must lie in [0, 1]")
-        need(self.grad_norm_clip > 0, f"--grad-norm-clip is {self.grad_norm_clip}: it must be positive")
-        need(self.baseline_cost >= 0, f"--baseline-cost is {self.baseline_cost}: it must be 0 or more")
-        need(self.entropy_cost >= 0, f"--entropy-cost is {self.entropy_cost}: it must be 0 or more")
-        need(0 <= self.sticky_actions <= 1, f"--sticky-actions is {self.sticky_actions}: it is a probability in [0, 1]")
-        need(self.noop_max >= 0, f"--noop-max is {self.noop_max}: it must be 0 or more")
-        need(self.learner_threads >= 0, f"--learner-threads is {self.learner_threads}: use 0 for automatic or a positive count")
-        need(self.log_interval > 0, f"--log-interval is {self.log_interval}: it must be positive (seconds)")
-        need(self.checkpoint_secs > 0, f"--checkpoint-secs is {self.checkpoint_secs}: it must be positive (seconds)")
-        need(self.max_bad_updates >= 1, f"--max-bad-updates is {self.max_bad_updates}: it must be at least 1")
-        need(self.max_actor_restarts >= 0, f"--max-actor-restarts is {self.max_actor_restarts}: use 0 (never restart) or more")
-        need(self.max_env_failures >= 1, f"--max-env-failures is {self.max_env_failures}: it must be at least 1")
-        need(self.keep_checkpoints >= 1, f"--keep-checkpoints is {self.keep_checkpoints}: keep at least 1")
-        need(self.eval_every >= 0, f"--eval-every is {self.eval_every}: give a frame count, or 0 for no evaluation")
-        need(self.eval_episodes >= 1, f"--eval-episodes is {self.eval_episodes}: it must be at least 1")
-        need(self.eval_every > 0 or not self.eval_video, "--eval-video records the evaluations of --eval-every: set --eval-every too")
-        if self.runtime == "ray":
-            import importlib.util
-
-            try:
-                found = importlib.util.find_spec("ray") is not None  # not imported here: runtime/ray_runtime.py sets Ray's environment first
-            except ValueError:  # sys.modules["ray"] is None: blocked
-                found = False
-            need(found, "--runtime ray needs Ray: pip install 'pronghorn[ray]' (or pip install ray)")
-            need(not self.deterministic, "--deterministic is not supported with --runtime ray (its lock-step needs shared memory): drop one of them")
-        if self.inference == "central":
-            need(self.runtime == "local", "--inference central runs with --runtime local in this version: use --inference actor with --runtime ray")
-            need(not self.deterministic, "--deterministic needs --inference actor (its lock-step loads exact weight versions in each actor): drop one of them")
-        need(self.inference_max_wait_ms >= 0, f"--inference-max-wait-ms is {self.inference_max_wait_ms}: it must be 0 or more")
-        need(self.inference_max_batch is None or self.inference_max_batch >= 1, f"--inference-max-batch is {self.inference_max_batch}: it must be at least 1")
-        need(self.runtime == "ray" or self.ray_address is None, "--ray-address is for --runtime ray: add --runtime ray or drop --ray-address")
-        if self.wandb:
-            try:
-                import wandb  # noqa: F401  (only whether it imports)
-            except ImportError:
-                raise ConfigError("--wandb needs the wandb package: pip install 'pronghorn[wandb]' (or pip install wandb)") from None
-        need(self.timeout > 0, f"--timeout is {self.timeout}: it must be positive (seconds)")
-        for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
-            value = getattr(self, name)
-            need(
-                value is None or (value == value and value not in (float("inf"), float("-inf"))),
-                f"--{name.replace('_', '-')} is {value}: it must be a finite number",
-            )
-        need(
-            not (self.deterministic and self.updates_per_batch > 1),
-            "--deterministic's lock-step expects one update per batch: drop --updates-per-batch or --deterministic",
-        )
-        if self.envs_per_actor is not None:  # otherwise for_observations fills it in and these run then
-            self._check_batch()
-            self._check_replay()
-        need(0 < self.popart_step < 1, f"--popart-step is {self.popart_step}: it must lie in (0, 1)")
-        if self.env_backend == "envpool":
-            for level in self.level_names:
-                need(
-                    level.startswith("ALE/") or level in ENVPOOL_CLASSIC_CONTROL,
-                    f"--env-backend envpool serves Atari ids (ALE/<Game>-v5) and {', '.join(sorted(ENVPOOL_CLASSIC_CONTROL))}, not {level}: use --env-backend gymnasium",
-                )
-            need(
-                len(self.level_names) == 1 or "ALE/Skiing-v5" not in self.level_names,
-                "--env-backend envpool cannot give ALE/Skiing-v5 the 18 actions the other levels share (its legal set has 9): use --env-backend gymnasium",
-            )
-            need(
-                self.num_actors >= len(self.level_names),
-                f"--env-backend envpool steps one level per actor, but {len(self.level_names)} levels need at least that many actors: "
-                f"use --num-actors {len(self.level_names)} or --env-backend gymnasium",
-            )
-        if self.device == "cuda":
-            import torch
-
-            need(torch.cuda.is_available(), "--device cuda but PyTorch sees no CUDA device: use --device cpu or install a CUDA build of torch")
-
-    def _check_batch(self) -> None:
-        """Checks of the batch against --envs-per-actor (run once for_observations has filled both in)."""
-
-        envs_per_actor = self.envs
-        if self.batch_size is not None and self.batch_size % envs_per_actor:
-            fit = envs_per_actor * max(1, round(self.batch_size / envs_per_actor))
-            raise ConfigError(
-                f"--batch-size {self.batch_size} is not a multiple of --envs-per-actor {envs_per_actor}: "
-                f"a batch is made of whole actor unrolls, so use e.g. --batch-size {fit}"
-            )
-        if self.num_buffers is not None and self.batch_size is not None:
-            need(
-                self.num_buffers >= self.batch_slots + self.num_actors,
-                f"--num-buffers {self.num_buffers} is too small: a batch of {self.batch_size} unrolls takes "
-                f"{self.batch_slots} slots and each of the {self.num_actors} actors fills one more, so the actors could never fill a batch; "
-                f"use at least {self.batch_slots + self.num_actors} or leave it unset",
-            )
-        if self.deterministic and self.batch_size is not None and self.batch_slots % self.num_actors:
-            raise ConfigError(
-                f"--deterministic takes the same number of unrolls from each actor, but a batch of {self.batch_size} is "
-                f"{self.batch_slots} actor unrolls of {envs_per_actor} envs, not a multiple of --num-actors {self.num_actors}: "
-                f"use e.g. --batch-size {envs_per_actor * self.num_actors * max(1, round(self.batch_slots / self.num_actors))}"
-            )
-
-    def _check_replay(self) -> None:
-        need(0 <= self.replay_fraction < 1, f"--replay-fraction is {self.replay_fraction}: it must lie in [0, 1) (some of every batch must be fresh)")
-        need(self.replay_capacity >= 1, f"--replay-capacity is {self.replay_capacity}: it must be at least 1 unroll")
-        need(self.replay_priority_exponent >= 0, f"--replay-priority-exponent is {self.replay_priority_exponent}: it must be 0 or more")
-        need(0 <= self.replay_priority_eta <= 1, f"--replay-priority-eta is {self.replay_priority_eta}: it must lie in [0, 1]")
-        need(0 <= self.replay_is_exponent <= 1, f"--replay-is-exponent is {self.replay_is_exponent}: it must lie in [0, 1]")
-        need(self.replay_kl_limit is None or self.replay_kl_limit > 0, f"--replay-kl-limit is {self.replay_kl_limit}: it must be positive (or unset)")
-        need(self.replay_max_gb > 0, f"--replay-max-gb is {self.replay_max_gb}: it must be positive")
-        if not self.replay_fraction or self.batch_size is None:
-            return
-        envs_per_actor = self.envs
-        replayed = self.replay_columns
-        need(
-            replayed >= 1,
-            f"--replay-fraction {self.replay_fraction} of a batch of {self.batch_size} replays no unroll: raise it to at least {0.5 / self.batch_size:.3g} or use 0",
-        )
-        fresh = self.batch_size - replayed
-        if fresh % envs_per_actor:
-            whole = [k * envs_per_actor for k in range(1, self.batch_slots)]
-            options = ", ".join(f"{(self.batch_size - f) / self.batch_size:g}" for f in whole) or "none at this batch size"
-            raise ConfigError(
-                f"--replay-fraction {self.replay_fraction} leaves {fresh} fresh unrolls per batch of {self.batch_size}, not whole actor unrolls of "
-                f"--envs-per-actor {envs_per_actor}: use one of {options}, or change --batch-size"
-            )
-        need(
-            self.replay_capacity >= self.batch_size,
-            f"--replay-capacity {self.replay_capacity} is smaller than a batch ({self.batch_size} unrolls): the ring fills from whole batches, so use at least {self.batch_size}",
-        )
-        if self.deterministic:
-            need(
-                (fresh // envs_per_actor) % self.num_actors == 0,
-                f"--deterministic takes the same number of unrolls from each actor, but {fresh // envs_per_actor} fresh actor unrolls per batch "
-                f"do not divide among --num-actors {self.num_actors}: change --replay-fraction or --batch-size",
-            )
-            need(not self.checkpoint_replay, "--deterministic with --checkpoint-replay is not supported: drop one of them")
-
-    def _check_levels(self) -> None:
-        from pronghorn import suites
-
-        levels = resolved(self.levels, "levels")
-        name = levels.strip().lower()
-        if name in suites.UNAVAILABLE:
-            raise ConfigError(f"--levels {self.levels}: {suites.UNAVAILABLE[name]}")
-        names = self.level_names
-        if not names:
-            raise ConfigError("--levels is empty: give comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: " + ", ".join(suites.SUITES))
-        repeated = sorted({lv for lv in names if names.count(lv) > 1})
-        if repeated:
-            raise ConfigError(f"--levels names {', '.join(repeated)} more than once: list each level once")
-        envs = self.num_actors * (self.envs_per_actor or 8)  # unset: the smaller of its defaults, checked again once filled in
-        if envs < len(names):
-            raise ConfigError(
-                f"--levels has {len(names)} levels but {self.num_actors} actors x {self.envs_per_actor or 8} envs = {envs} environments "
-                f"could not play them all: raise --num-actors or --envs-per-actor so their product is at least {len(names)}"
-            )
+        check(self)
 
     def for_observations(self, obs_shape: tuple[int, ...]) -> Config:
         """This config with the defaults that depend on the observations filled in (and validated again).
