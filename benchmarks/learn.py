@@ -35,10 +35,37 @@ class Entry(NamedTuple):
 
 
 MINATAR_NOTE = "Young & Tian 2019 publish curves only (no table); read their figure at 5M frames"
+# Dopamine's sticky-action baselines (google/dopamine, baselines/atari/data/<game>.json): the mean training return
+# of each 1M-frame iteration, 5 seeds per agent, with the same protocol as here (sticky actions 0.25, frames counted
+# as emulator frames). The figures are the mean over the 5 seeds of the iteration that ends at the entry's budget.
+# TorchBeast's published Pong curve counts agent steps (4 frames each), so its "+18 at 8-13M steps" is 32-52M frames.
+DOPAMINE = "Dopamine, sticky actions, mean of 5 seeds"
+PUBLISHED = os.path.join(ROOT, "benchmarks", "published", "dopamine_atari.csv")  # benchmarks/published/from_dopamine.py
 SUITE = [
     Entry("cartpole", "CartPole-v1", "500k", (), "solved at 475 (Gymnasium's threshold)", 475.0),
-    Entry("pong", "ALE/Pong-v5", "10M", ("--env-backend", "envpool"), "TorchBeast (deep net, no sticky actions): about +18 at 8-13M frames", 18.0),
-    Entry("breakout", "ALE/Breakout-v5", "10M", ("--env-backend", "envpool"), "no published IMPALA figure at 10M frames"),
+    Entry(
+        "pong",
+        "ALE/Pong-v5",
+        "10M",
+        ("--env-backend", "envpool"),
+        f"{DOPAMINE} at 10M frames: DQN -4.9, C51 -6.1, Rainbow 15.2, IQN 15.2; TorchBeast (no sticky actions) passes 0 at 20-28M frames",
+        18.0,
+    ),
+    Entry(
+        "pong-40m",
+        "ALE/Pong-v5",
+        "40M",
+        ("--env-backend", "envpool"),
+        f"{DOPAMINE} at 40M frames: DQN 10.0, C51 16.9, Rainbow 19.3, IQN 19.6; TorchBeast (no sticky actions): +18 at 32-52M frames",
+        18.0,
+    ),
+    Entry(
+        "breakout",
+        "ALE/Breakout-v5",
+        "10M",
+        ("--env-backend", "envpool"),
+        f"{DOPAMINE} at 10M frames: DQN 21.5, C51 47.1, Rainbow 41.9, IQN 102.7",
+    ),
     *[
         Entry(f"minatar-{game.lower()}", f"MinAtar/{game}-v0", "5M", (), MINATAR_NOTE)  # -v0: all 6 actions, as in the paper
         for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
@@ -129,7 +156,8 @@ def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
         runs = [logdir(entry, s) for s in seeds if finished(logdir(entry, s))]
         if runs:
             png = os.path.join(out_dir, f"learn_{entry.name}.png")
-            subprocess.run([sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            plot = [sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png, "--reference", PUBLISHED]  # dashed: Dopamine's curves
+            subprocess.run(plot, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             figures.append(f"![{entry.name}: mean and min-max band over seeds]({os.path.relpath(png, out_dir)})")
     table = "\n".join(lines) + "\n\n" + "\n\n".join(figures) + "\n"
     with open(os.path.join(out_dir, "learn_results.md"), "w") as f:

@@ -94,10 +94,15 @@ def cmd_plot(argv: Sequence[str]) -> int:
     parser.add_argument("-o", "--output", default="curves.png", help="PNG file to write")
     parser.add_argument("--x", choices=("frames", "wall"), default="frames", help="x axis: environment frames or wall-clock seconds")
     parser.add_argument("--window", type=int, default=100, help="episodes in the trailing mean")
+    parser.add_argument(
+        "--reference",
+        metavar="CSV",
+        help="published curves to draw dashed beside the runs: columns level,label,frames,return (e.g. benchmarks/published/dopamine_atari.csv)",
+    )
     args = parser.parse_args(argv)
     try:
-        print(plot_runs(args.runs, args.output, args.x, args.window))
-    except FileNotFoundError as exc:
+        print(plot_runs(args.runs, args.output, args.x, args.window, reference=args.reference))
+    except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     return 0
 

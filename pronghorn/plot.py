@@ -31,6 +31,28 @@ def read_suite(logdir: str) -> tuple[str, list[tuple[float, float, float]]]:
     return "", []
 
 
+def read_reference(path: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Published curves to draw beside the runs: a CSV with columns level, label, frames, return (one row per
+    point, e.g. a paper's figure at each million frames) -> {level: {label: [(frames, return), ...]}}.
+
+    Raises FileNotFoundError or ValueError with what is wrong (a missing column, a value that is not a number)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"reference CSV {path!r} does not exist: pass a file with columns level,label,frames,return")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"level", "label", "frames", "return"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path} lacks the column(s) {', '.join(sorted(missing))}: a reference CSV has level,label,frames,return")
+        curves: dict[str, dict[str, list[tuple[float, float]]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+        for line, row in enumerate(reader, start=2):
+            try:
+                point = (float(row["frames"]), float(row["return"]))
+            except (TypeError, ValueError):
+                raise ValueError(f"{path} line {line}: frames and return must be numbers, got {row['frames']!r} and {row['return']!r}") from None
+            curves[row["level"]][row["label"]].append(point)
+    return {level: {label: sorted(points) for label, points in labels.items()} for level, labels in curves.items()}
+
+
 def smooth(values: Sequence[float], window: int) -> list[float]:
     """Trailing mean over up to `window` points (the same smoothing the console's mean return uses)."""
     out: list[float] = []
@@ -59,8 +81,22 @@ def _label(ax, title: str, x: str, ylabel: str) -> None:
         ax.legend(fontsize=8)
 
 
-def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: int = 100, size: tuple[float, float] = (6, 4), dpi: int = 100) -> str:
-    """One panel per level; one line per run, or mean and min-max band for runs that share a folder name."""
+def plot_runs(
+    logdirs: Sequence[str],
+    output: str,
+    x: str = "frames",
+    window: int = 100,
+    size: tuple[float, float] = (6, 4),
+    dpi: int = 100,
+    reference: str | None = None,
+) -> str:
+    """One panel per level; one line per run, or mean and min-max band for runs that share a folder name.
+
+    reference: a CSV of published curves (see read_reference), drawn dashed on the panels of their levels up
+    to the frames the runs reach (frames axis only)."""
+    if reference is not None and x != "frames":
+        raise ValueError("published curves are given in frames: drop --reference or plot with --x frames")
+    published = read_reference(reference) if reference is not None else {}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,6 +134,11 @@ def plot_runs(logdirs: Sequence[str], output: str, x: str = "frames", window: in
                 ys = np.stack([np.interp(grid, c[0], c[1]) for c in curves])
                 line = ax.plot(grid, ys.mean(0), label=f"{name} (mean of {len(curves)})")[0]
                 ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
+        reach = max((float(r["frames"]) for d in logdirs for r in runs[d] if r["level"] == level), default=0.0)
+        for label, published_points in published.get(level, {}).items():
+            shown = [p for p in published_points if p[0] <= reach]  # the runs' span: a 10M-frame run is not drawn against 200M
+            if shown:
+                ax.plot([p[0] for p in shown], [p[1] for p in shown], linestyle="--", marker=".", linewidth=1, label=label)
         _label(ax, level, x, f"episode return (mean of last {window})")
     fig.tight_layout()
     fig.savefig(output, dpi=dpi)  # no bbox cropping: the PNG is exactly size * dpi pixels

@@ -7,7 +7,7 @@ import imageio.v2 as imageio
 import pytest
 
 import pronghorn
-from pronghorn.plot import plot_runs
+from pronghorn.plot import plot_runs, read_reference
 from tests.helpers import CLI, ENV, assert_no_leaks
 
 
@@ -59,6 +59,37 @@ def test_plot_writes_a_png_of_the_expected_size_with_groups(trained, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert imageio.imread(tmp_path / "two.png").shape[:2] == (400, 600)
+
+
+def test_plot_draws_published_curves_beside_the_runs_and_refuses_bad_ones(trained, tmp_path):
+    reference = tmp_path / "published.csv"
+    # Out of order on purpose, one point past the run's frames (not drawn), one level the run does not have.
+    reference.write_text(
+        "level,label,frames,return\nCartPole-v1,paper,200000,300\nCartPole-v1,paper,100000,100\nCartPole-v1,paper,900000000,500\nOther-v0,x,1,1\n"
+    )
+    assert read_reference(str(reference))["CartPole-v1"] == {"paper": [(100000.0, 100.0), (200000.0, 300.0), (900000000.0, 500.0)]}
+    plain = imageio.imread(plot_runs([str(trained)], str(tmp_path / "plain.png")))
+    proc = subprocess.run(
+        CLI + ["plot", str(trained), "-o", str(tmp_path / "ref.png"), "--reference", str(reference)], capture_output=True, text=True, timeout=120, env=ENV
+    )
+    assert proc.returncode == 0, proc.stderr
+    with_reference = imageio.imread(tmp_path / "ref.png")
+    assert with_reference.shape == plain.shape and (with_reference != plain).any()
+    # Points past the run's frames and levels the runs do not have are left out: the same picture as a file
+    # holding only the two points inside the run's span.
+    inside = tmp_path / "inside.csv"
+    inside.write_text("level,label,frames,return\nCartPole-v1,paper,100000,100\nCartPole-v1,paper,200000,300\n")
+    assert (imageio.imread(plot_runs([str(trained)], str(tmp_path / "inside.png"), reference=str(inside))) == with_reference).all()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("level,frames,return\nCartPole-v1,1,2\n")
+    for extra, words in (
+        (["--reference", str(bad)], "lacks the column(s) label"),
+        (["--reference", str(tmp_path / "missing.csv")], "does not exist"),
+        (["--reference", str(reference), "--x", "wall"], "published curves are given in frames"),
+    ):
+        proc = subprocess.run(CLI + ["plot", str(trained), "-o", str(tmp_path / "x.png"), *extra], capture_output=True, text=True, timeout=120, env=ENV)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
 
 
 def test_status_reports_frames_checkpoint_and_returns(trained):
