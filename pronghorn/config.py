@@ -172,6 +172,8 @@ class Config:
     """RMSProp epsilon, added outside the square root as PyTorch does (TF1, the paper's framework, adds it inside); default 0.01 (IMPALA), but 1e-5 (A2C) for the image CNNs."""
     rmsprop_momentum: float = 0.0
     """RMSProp momentum."""
+    rmsprop_init: float = 0.0
+    """RMSProp: the value every running mean of squared gradients starts at. 0 is PyTorch's start: the first steps are then up to 10x the learning rate on every weight at once. 1 is TF1's (IMPALA's framework): steps start proportional to the gradient and reach RMSProp's size over a few hundred updates, a warm-up."""
     grad_norm_clip: float = 40.0
     """Clip the global gradient norm to this value."""
     discount: float = 0.99

@@ -47,6 +47,7 @@ def check(cfg: Config) -> None:
     need(0 <= cfg.discount <= 1, f"--discount is {cfg.discount}: it must lie in [0, 1]")
     need(0 < cfg.rmsprop_alpha < 1, f"--rmsprop-alpha is {cfg.rmsprop_alpha}: it must lie in (0, 1)")
     need(cfg.rmsprop_eps is None or cfg.rmsprop_eps > 0, f"--rmsprop-eps is {cfg.rmsprop_eps}: it must be positive")
+    need(cfg.rmsprop_init >= 0, f"--rmsprop-init is {cfg.rmsprop_init}: it must be 0 or more (0 is PyTorch's start, 1 TF1's)")
     need(cfg.rmsprop_momentum >= 0, f"--rmsprop-momentum is {cfg.rmsprop_momentum}: it must be 0 or more")
     need(0 <= cfg.vtrace_lambda <= 1, f"--vtrace-lambda is {cfg.vtrace_lambda}: it must lie in [0, 1]")
     need(cfg.grad_norm_clip > 0, f"--grad-norm-clip is {cfg.grad_norm_clip}: it must be positive")

@@ -37,6 +37,8 @@ class Learner:
                 eps=resolved(cfg.rmsprop_eps, "rmsprop_eps"),
                 momentum=cfg.rmsprop_momentum,
             )
+            if cfg.rmsprop_init:
+                self._start_square_averages(cfg.rmsprop_init)
         self.frames = 0
         self.steps = 0  # updates done; also the version of the weights published after each update
         self.skipped_updates = 0  # non-finite loss or gradient: not applied
@@ -181,6 +183,17 @@ class Learner:
         keep[fresh:] = (kl <= self.cfg.replay_kl_limit).float()
         metrics["replay_masked_fraction"] = 1.0 - keep[fresh:].mean().item()
         return metrics, keep if weights is None else weights * keep
+
+    def _start_square_averages(self, value: float) -> None:
+        """Fill RMSprop's state before its first step, as it would itself but with the running squares at
+        `value` (it starts them at 0, and takes its state as given once there is any)."""
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                state = self.optimizer.state[p]
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["square_avg"] = torch.full_like(p, value, memory_format=torch.preserve_format)
+                if group["momentum"] > 0:
+                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
     def state_dict(self) -> dict:
         return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(), "frames": self.frames, "steps": self.steps}

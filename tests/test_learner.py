@@ -46,3 +46,26 @@ def test_adam_is_available_and_dead_units_are_reported():
     metrics = learner.step(synthetic_batches(1)[0])
     assert {"dead/net_0", "dead/net_2"} <= set(metrics) and all(0 <= metrics[k] <= 1 for k in ("dead/net_0", "dead/net_2"))
     assert "value_mean" in metrics
+
+
+def test_rmsprop_init_sets_the_size_of_the_first_steps():
+    """PyTorch starts RMSProp's running squares at 0: the first step moves every weight by ~10x the rate
+    (lr * g / sqrt(0.01 g^2)); started at 1 (TF1's start), it moves by lr * g / sqrt(0.99 + 0.01 g^2)."""
+
+    def first_step(init: float) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        cfg = Config(total_frames=10_000, rmsprop_init=init, grad_norm_clip=1e9).for_observations((4,))
+        learner = Learner(cfg, Agent((4,), 2), frames_per_step=1)
+        before = [p.detach().clone() for p in learner.agent.parameters()]
+        learner.step(synthetic_batches(1)[0])
+        grads = torch.cat([p.grad.flatten() for p in learner.agent.parameters() if p.grad is not None])
+        moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, learner.agent.parameters())])
+        return moved, grads
+
+    lr, eps = 3e-3, 0.01  # the vector defaults
+    moved, grads = first_step(0.0)
+    assert torch.allclose(moved, lr * grads / ((0.01 * grads**2).sqrt() + eps), atol=1e-7)
+    assert moved.abs().max() > 5 * lr  # the large first step that --rmsprop-init avoids
+    moved, grads = first_step(1.0)
+    assert torch.allclose(moved, lr * grads / ((0.99 + 0.01 * grads**2).sqrt() + eps), atol=1e-7)
+    assert moved.abs().max() < lr * grads.abs().max() * 1.01
