@@ -48,6 +48,7 @@ def check(cfg: Config) -> None:
     need(0 < cfg.rmsprop_alpha < 1, f"--rmsprop-alpha is {cfg.rmsprop_alpha}: it must lie in (0, 1)")
     need(cfg.rmsprop_eps is None or cfg.rmsprop_eps > 0, f"--rmsprop-eps is {cfg.rmsprop_eps}: it must be positive")
     need(cfg.rmsprop_init >= 0, f"--rmsprop-init is {cfg.rmsprop_init}: it must be 0 or more (0 is PyTorch's start, 1 TF1's)")
+    need(cfg.rmsprop_init == 0 or cfg.optimizer == "rmsprop", "--rmsprop-init sets RMSProp's state: drop it with --optimizer adam")
     need(cfg.rmsprop_momentum >= 0, f"--rmsprop-momentum is {cfg.rmsprop_momentum}: it must be 0 or more")
     need(0 <= cfg.vtrace_lambda <= 1, f"--vtrace-lambda is {cfg.vtrace_lambda}: it must lie in [0, 1]")
     need(cfg.grad_norm_clip > 0, f"--grad-norm-clip is {cfg.grad_norm_clip}: it must be positive")
@@ -86,7 +87,7 @@ def check(cfg: Config) -> None:
         except ImportError:
             raise ConfigError("--wandb needs the wandb package: pip install 'pronghorn[wandb]' (or pip install wandb)") from None
     need(cfg.timeout > 0, f"--timeout is {cfg.timeout}: it must be positive (seconds)")
-    for name in ("learning_rate", "discount", "rmsprop_eps", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
+    for name in ("learning_rate", "discount", "rmsprop_eps", "rmsprop_init", "grad_norm_clip", "entropy_cost", "baseline_cost", "log_interval"):
         value = getattr(cfg, name)
         need(
             value is None or (value == value and value not in (float("inf"), float("-inf"))),

@@ -30,6 +30,8 @@ FLAGS = [
     "--log-interval",
     "--hidden-size",
     "--rmsprop-eps",
+    "--rmsprop-init",
+    "--optimizer",
     "--grad-norm-clip",
     "--keep-checkpoints",
     "--timeout",
@@ -40,7 +42,7 @@ FLAGS = [
 VALUES = st.one_of(
     st.integers(-5, 100).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(str),
-    st.sampled_from(["CartPole-v1", "ALE/Pong-v5", "envpool", "gymnasium", "mlp", "deep", "abs_one", "cpu", "10M", "1.5k", "", "x", "-1e3"]),
+    st.sampled_from(["CartPole-v1", "ALE/Pong-v5", "envpool", "gymnasium", "mlp", "deep", "abs_one", "cpu", "adam", "rmsprop", "10M", "1.5k", "", "x", "-1e3"]),
     st.text(max_size=8),
 )
 
