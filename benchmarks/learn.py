@@ -39,8 +39,17 @@ MINATAR_NOTE = "Young & Tian 2019 publish curves only (no table); read their fig
 # of each 1M-frame iteration, 5 seeds per agent, with the same protocol as here (sticky actions 0.25, frames counted
 # as emulator frames). The figures are the mean over the 5 seeds of the iteration that ends at the entry's budget.
 # TorchBeast's published Pong curve counts agent steps (4 frames each), so its "+18 at 8-13M steps" is 32-52M frames.
-DOPAMINE = "Dopamine, sticky actions, mean of 5 seeds"
 PUBLISHED = os.path.join(ROOT, "benchmarks", "published", "dopamine_atari.csv")  # benchmarks/published/from_dopamine.py
+
+
+def dopamine(level: str, frames: int) -> str:
+    """Dopamine's agents at `frames` on `level`, read from PUBLISHED (the figures the plots draw dashed)."""
+    from pronghorn.plot import read_reference
+
+    at = {label.split()[1]: dict(points).get(float(frames)) for label, points in read_reference(PUBLISHED)[level].items()}
+    return f"Dopamine, sticky actions, mean of 5 seeds at {frames // 1_000_000}M frames: " + ", ".join(f"{a} {v:.1f}" for a, v in at.items())
+
+
 SUITE = [
     Entry("cartpole", "CartPole-v1", "500k", (), "solved at 475 (Gymnasium's threshold)", 475.0),
     Entry(
@@ -48,7 +57,7 @@ SUITE = [
         "ALE/Pong-v5",
         "10M",
         ("--env-backend", "envpool"),
-        f"{DOPAMINE} at 10M frames: DQN -4.9, C51 -6.1, Rainbow 15.2, IQN 15.2; TorchBeast (no sticky actions) passes 0 at 20-28M frames",
+        dopamine("ALE/Pong-v5", 10_000_000) + "; TorchBeast (no sticky actions) passes 0 at 20-28M frames",
         18.0,
     ),
     Entry(
@@ -56,7 +65,7 @@ SUITE = [
         "ALE/Pong-v5",
         "40M",
         ("--env-backend", "envpool"),
-        f"{DOPAMINE} at 40M frames: DQN 10.0, C51 16.9, Rainbow 19.3, IQN 19.6; TorchBeast (no sticky actions): +18 at 32-52M frames",
+        dopamine("ALE/Pong-v5", 40_000_000) + "; TorchBeast (no sticky actions): +18 at 32-52M frames",
         18.0,
     ),
     Entry(
@@ -64,7 +73,7 @@ SUITE = [
         "ALE/Breakout-v5",
         "10M",
         ("--env-backend", "envpool"),
-        f"{DOPAMINE} at 10M frames: DQN 21.5, C51 47.1, Rainbow 41.9, IQN 102.7",
+        dopamine("ALE/Breakout-v5", 10_000_000),
     ),
     *[
         Entry(f"minatar-{game.lower()}", f"MinAtar/{game}-v0", "5M", (), MINATAR_NOTE)  # -v0: all 6 actions, as in the paper

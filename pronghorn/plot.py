@@ -124,9 +124,11 @@ def plot_runs(
                 ax.plot([p[0] if x == "frames" else p[1] for p in points], [p[2] for p in points], label=os.path.basename(os.path.normpath(d)))
         _label(ax, "suite", x, " / ".join(sorted(labels)) or "no suite figure yet")
     for ax, level in zip(axes, levels or ["(no episodes yet)"]):
+        reach = 0.0  # the furthest x any run on this panel gets to
         for name, members in groups.items():
             curves = [_curve([r for r in runs[d] if r["level"] == level], x, window) for d in members]
             curves = [c for c in curves if c[0]]
+            reach = max([reach, *(c[0][-1] for c in curves)])
             if len(curves) == 1:
                 ax.plot(*curves[0], label=name)
             elif curves:
@@ -134,7 +136,6 @@ def plot_runs(
                 ys = np.stack([np.interp(grid, c[0], c[1]) for c in curves])
                 line = ax.plot(grid, ys.mean(0), label=f"{name} (mean of {len(curves)})")[0]
                 ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
-        reach = max((float(r["frames"]) for d in logdirs for r in runs[d] if r["level"] == level), default=0.0)
         for label, published_points in published.get(level, {}).items():
             # The runs' span (a 10M-frame run is not drawn against 200M), with 2 % to spare: a run's last game
             # ends a little short of its budget, and the published point at the budget belongs beside it.

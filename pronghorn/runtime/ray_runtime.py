@@ -294,8 +294,9 @@ class RayRuntime:
             # store keeps until it needs the room (measured here: Pong's superseded weights, ~100 MiB).
             used = re.search(r"Plasma memory usage ([\d.]+) MiB, \d+ objects, ([\d.]+)% full, ([\d.]+)% needed", text)
             spilled = re.search(r"Spilled ([\d.]+) MiB", text)
-            self.store_mib = float(used.group(3)) / 100 * self.store_capacity / 2**20 if used else float("nan")
-            self.store_used_mib = float(used.group(2)) / 100 * self.store_capacity / 2**20 if used else float("nan")
+            capacity_mib = self.store_capacity / 2**20
+            self.store_mib = float(used.group(3)) / 100 * capacity_mib if used else float("nan")
+            self.store_used_mib = float(used.group(2)) / 100 * capacity_mib if used else float("nan")
             self.spilled_mib = float(spilled.group(1)) if spilled else 0.0
         except Exception:  # a diagnostic: never a reason to stop training
             self.store_mib = self.store_used_mib = float("nan")
