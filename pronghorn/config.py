@@ -18,6 +18,7 @@ import tyro
 
 # Re-exported: the rest of the package imports these from pronghorn.config.
 from pronghorn.config_checks import ENVPOOL_CLASSIC_CONTROL as ENVPOOL_CLASSIC_CONTROL
+from pronghorn.config_checks import VECTOR_LEVELS as VECTOR_LEVELS
 from pronghorn.config_checks import ConfigError as ConfigError
 from pronghorn.config_checks import check
 from pronghorn.config_checks import need as need
@@ -120,8 +121,8 @@ class Config:
     """Gymnasium environment id (e.g. CartPole-v1, ALE/Pong-v5, MinAtar/Breakout-v0). Every actor plays this level unless --levels is given."""
     levels: str | None = None
     """Train one agent on many levels: comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: atari57, atari5, minatar. Replaces --env. Actor i plays levels[i % L]; with fewer actors than levels, each actor's environments take turns over the levels."""
-    env_backend: Literal["auto", "gymnasium", "envpool"] = "auto"
-    """How environments are stepped: `gymnasium` (any id, one Python env object each; Atari through ale-py), `envpool` (C++ batches without a per-env Python loop: Atari ids and the classic-control CartPole-v0/v1, Acrobot-v1, MountainCar-v0), or `auto`: envpool for those classic-control ids when envpool is installed, gymnasium for everything else."""
+    env_backend: Literal["auto", "gymnasium", "envpool", "vector"] = "auto"
+    """How environments are stepped: `gymnasium` (any id, one Python env object each; Atari through ale-py), `envpool` (C++ batches without a per-env Python loop: Atari ids and the classic-control CartPole-v0/v1, Acrobot-v1, MountainCar-v0), `vector` (Gymnasium's numpy-vectorised CartPole-v0/v1 in the actor's own thread, cheapest for CartPole), or `auto`: vector for CartPole, envpool for Acrobot and MountainCar when envpool is installed, gymnasium for everything else."""
     max_actor_restarts: int = 10
     """Stop training if one actor process dies more than this many times within a minute (a crash loop); below that each dead actor is replaced."""
     max_env_failures: int = 5
@@ -337,15 +338,18 @@ class Config:
         return suites.suite_name(self.levels) or (names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}")
 
     @property
-    def backend(self) -> Literal["gymnasium", "envpool"]:
-        """The env backend actors use: --env-backend, with `auto` resolved (envpool for its classic-control ids if installed)."""
+    def backend(self) -> Literal["gymnasium", "envpool", "vector"]:
+        """The env backend actors use: --env-backend, with `auto` resolved (vector for CartPole, envpool for its other classic-control ids if installed)."""
         return self.backend_for(self.level_names)
 
-    def backend_for(self, levels: Sequence[str]) -> Literal["gymnasium", "envpool"]:
+    def backend_for(self, levels: Sequence[str]) -> Literal["gymnasium", "envpool", "vector"]:
         """The backend that steps these levels together (an actor's environments)."""
         if self.env_backend != "auto":
             return self.env_backend
         import importlib.util
+
+        if len(set(levels)) == 1 and levels[0] in VECTOR_LEVELS:
+            return "vector"
 
         if len(set(levels)) == 1 and levels[0] in ENVPOOL_CLASSIC_CONTROL and importlib.util.find_spec("envpool") is not None:
             return "envpool"

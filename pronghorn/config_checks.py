@@ -12,6 +12,8 @@ _T = TypeVar("_T")
 
 # The discrete classic-control ids envpool steps in C++ (its Pendulum and MountainCarContinuous are continuous).
 ENVPOOL_CLASSIC_CONTROL = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0"})
+# Ids whose Gymnasium vector env pronghorn can reset in the same step (envs/vector.py).
+VECTOR_LEVELS = frozenset({"CartPole-v0", "CartPole-v1"})
 
 
 class ConfigError(Exception):
@@ -115,6 +117,11 @@ def check(cfg: Config) -> None:
             cfg.num_actors >= len(cfg.level_names),
             f"--env-backend envpool steps one level per actor, but {len(cfg.level_names)} levels need at least that many actors: "
             f"use --num-actors {len(cfg.level_names)} or --env-backend gymnasium",
+        )
+    if cfg.env_backend == "vector":
+        need(
+            len(cfg.level_names) == 1 and cfg.level_names[0] in VECTOR_LEVELS,
+            f"--env-backend vector steps Gymnasium's vector {' or '.join(sorted(VECTOR_LEVELS))}, not {','.join(cfg.level_names)}: use --env-backend auto",
         )
     if cfg.device == "cuda":
         import torch

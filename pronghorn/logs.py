@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, TextIO
 
 
@@ -56,6 +56,13 @@ class _CSV:
         self._writer: csv.DictWriter[str] | None = None
 
     def write(self, row: dict) -> None:
+        self.write_many([row])
+
+    def write_many(self, rows: Sequence[dict]) -> None:
+        """Rows in order, then one flush: a cheap env ends thousands of games a second, and a flush per
+        game (a system call each) was most of what logging them cost."""
+        if not rows:
+            return
         if self._writer is None:
             is_new = not os.path.exists(self._path) or os.path.getsize(self._path) == 0
             if not is_new and self._fields is None:
@@ -63,14 +70,14 @@ class _CSV:
                 # (or the same in another order), and a second header would misalign every column after it.
                 with open(self._path, newline="") as f:
                     self._fields = next(csv.reader(f), None)
-            self._fields = self._fields or list(row)
+            self._fields = self._fields or list(rows[0])
             self._file = open(self._path, "a", newline="")
             self._writer = csv.DictWriter(self._file, fieldnames=self._fields, extrasaction="ignore")
             if is_new:
                 self._writer.writeheader()
         assert self._file is not None
-        self._writer.writerow(row)
-        self._file.flush()  # a row on disk as soon as it is written: nothing lost on a crash
+        self._writer.writerows(rows)
+        self._file.flush()  # the rows on disk as soon as they are written: nothing lost on a crash
 
     def close(self) -> None:
         if self._file is not None:
@@ -120,8 +127,7 @@ class CSVSink:
         self._metrics.write({"frames": frames, **values})
 
     def episodes(self, episodes: list[Episode]) -> None:
-        for e in episodes:
-            self._episodes.write(e._asdict())
+        self._episodes.write_many([e._asdict() for e in episodes])
 
     def evaluation(self, result: Evaluation) -> None:
         for level, value in result.returns.items():
@@ -133,12 +139,17 @@ class CSVSink:
         self._eval.close()
 
 
+_EPISODE_POINT_S = 0.5  # the least wall time between two TensorBoard episode points of a level
+
+
 class TensorBoardSink:
     def __init__(self, logdir: str, resume_frames: int = 0):
         from torch.utils.tensorboard import SummaryWriter
 
         # On resume, purge events logged after the checkpoint so the timeline stays one line.
         self._writer = SummaryWriter(log_dir=logdir, flush_secs=30, purge_step=resume_frames or None)
+        self._pending: dict[str, list[float]] = {}  # per level: games ended since the last episode point
+        self._last_point = -math.inf
 
     def metrics(self, frames: int, values: dict[str, float]) -> None:
         for key, value in values.items():
@@ -149,16 +160,26 @@ class TensorBoardSink:
                 self._writer.add_scalar(key if "/" in key else f"learner/{key}", value, frames)
 
     def episodes(self, episodes: list[Episode]) -> None:
-        # One point per level per learner step (the mean of the games that ended in it), not one per game:
-        # a cheap env ends hundreds of games a second, and writing each was a fifth of the learner
-        # process's time (profiled, CartPole at 340K frames/s). episodes.csv keeps every game.
-        by_level: dict[str, list[Episode]] = {}
+        # At most one point per level every _EPISODE_POINT_S of wall time (the mean of the games that ended
+        # since the last one), not one per game or per update: a cheap env ends thousands of games a second
+        # and updates a hundred times a second, and each point costs a protobuf and a write (a tenth of the
+        # learner process's time at one point per update, profiled on CartPole). episodes.csv keeps every game.
         for e in episodes:
-            by_level.setdefault(e.level, []).append(e)
-        for level, games in by_level.items():
-            frames = games[-1].frames
-            self._writer.add_scalar(f"{level}/episode_return", sum(g.episode_return for g in games) / len(games), frames)
-            self._writer.add_scalar(f"{level}/episode_frames", sum(g.episode_frames for g in games) / len(games), frames)
+            acc = self._pending.setdefault(e.level, [0.0, 0.0, 0, 0])  # return sum, length sum, games, frames of the last
+            acc[0] += e.episode_return
+            acc[1] += e.episode_frames
+            acc[2] += 1
+            acc[3] = e.frames
+        now = time.monotonic()
+        if now - self._last_point >= _EPISODE_POINT_S:
+            self._write_episode_points()
+            self._last_point = now
+
+    def _write_episode_points(self) -> None:
+        for level, (returns, lengths, games, frames) in self._pending.items():
+            self._writer.add_scalar(f"{level}/episode_return", returns / games, frames)
+            self._writer.add_scalar(f"{level}/episode_frames", lengths / games, frames)
+        self._pending.clear()
 
     def evaluation(self, result: Evaluation) -> None:
         # At the checkpoint's frames, not when the result arrived: the curve lines up with training's.
@@ -169,6 +190,7 @@ class TensorBoardSink:
             self._writer._get_file_writer().add_summary(gif_summary("eval/video", result.video), result.frames)
 
     def close(self) -> None:
+        self._write_episode_points()  # the games since the last point: the curve ends where training did
         self._writer.close()
 
 

@@ -1,4 +1,5 @@
-"""Staging: a background thread assembles the next batch while the learner trains on the current one.
+"""Staging: a background thread assembles the next batch while the learner trains on the current one
+(on an accelerator, or with replay; on CPU without replay the learner assembles it when it asks).
 
 It takes `batch_slots` full slot indices, concatenates those slots along the environment dim into a
 host buffer (pinned when the learner is on CUDA) -- the slots are time-major already, so the batch is
@@ -73,7 +74,9 @@ class Staging:
         in_actor_order: int = 0,
         replay: ReplayRing | None = None,
         replay_columns: int = 0,
+        threaded: bool | None = None,
     ):
+        """threaded: assemble batches in a background thread; None decides: on an accelerator or with replay."""
         self._slots = slots
         self._full, self._free = full, free  # get(timeout) -> full slot index; put(index) frees one
         self._batch_slots = batch_slots
@@ -90,18 +93,24 @@ class Staging:
         self._pending: dict[int, torch.Tensor] = {}
         self._placed: dict[int, ReplaySample] = {}  # batch number -> where its columns live, until its priorities come
         self._staged = 0
+        self._waited = 0.0
         cuda = device.type == "cuda"
-        self._host = [self._allocate(pin=cuda) for _ in range(2)]
+        # A thread earns its keep where there is work to overlap with an update: the copy to an accelerator,
+        # or replay's sampling. On CPU without replay a batch is only copied out of the slots, which the
+        # learner does itself when it asks, in one buffer: a hand-off to a thread costs two wake-ups per batch.
+        self.threaded = (cuda or replay is not None) if threaded is None else threaded
+        self._host = [self._allocate(pin=cuda) for _ in range(2 if self.threaded else 1)]
         self._on_device = [Unroll(*(torch.empty_like(t, device=device) for t in host)) for host in self._host] if cuda else self._host
         self._stream = torch.cuda.Stream(device) if cuda else None  # type: ignore[no-untyped-call]  # torch.cuda.Stream.__new__ is unannotated
         self._buffers_free: queue.Queue[int] = queue.Queue()
-        for i in range(2):
+        for i in range(len(self._host)):
             self._buffers_free.put(i)
         self._ready: queue.Queue[Any] = queue.Queue()  # a staged batch's parts, or the exception that stopped staging
         self._in_use: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pronghorn-staging", daemon=True)
-        self._thread.start()
+        if self.threaded:
+            self._thread.start()
 
     def _allocate(self, pin: bool) -> Unroll:
         def batch_of(t: torch.Tensor) -> torch.Tensor:
@@ -140,16 +149,10 @@ class Staging:
                 # Until the ring holds as many columns as a batch replays, batches are all fresh.
                 replayed = self._replay_columns if ring is not None and ring.size >= self._replay_columns else 0
                 width = self._slots[0].obs.shape[1]
-                indices = [self._take_slot() for _ in range(self._batch_slots - replayed // width)]
                 start = time.perf_counter()
                 host = self._host[buffer]
-                for j, i in enumerate(indices):
-                    for src, out in zip(self._slots[i], host):
-                        out[:, j * width : (j + 1) * width] = src
-                # The data is copied out of the slots: only now may actors overwrite them.
-                for i in indices:
-                    self._free.put(i)
-                fresh = len(indices) * width
+                fresh = self._gather(host, self._batch_slots - replayed // width)
+                start += self._waited  # stage_s counts the copying, not the wait for full slots
                 sample = self._replay_step(host, fresh, replayed) if ring is not None else None
                 event = None
                 if self._stream is not None:
@@ -164,6 +167,21 @@ class Staging:
             pass
         except BaseException as exc:  # handed to the learner thread, which raises it
             self._ready.put(exc)
+
+    def _gather(self, host: Unroll, count: int) -> int:
+        """Take `count` full slots, copy them side by side into host's first columns, hand them back;
+        returns the columns filled. `_waited` is how long the slots took to come."""
+        start = time.perf_counter()
+        indices = [self._take_slot() for _ in range(count)]
+        self._waited = time.perf_counter() - start
+        width = self._slots[0].obs.shape[1]
+        for j, i in enumerate(indices):
+            for src, out in zip(self._slots[i], host):
+                out[:, j * width : (j + 1) * width] = src
+        # The data is copied out of the slots: only now may actors overwrite them.
+        for i in indices:
+            self._free.put(i)
+        return len(indices) * width
 
     def _replay_step(self, host: Unroll, fresh: int, replayed: int) -> ReplaySample:
         """Draw the replayed columns into host[:, fresh:], then store the fresh ones in the ring."""
@@ -216,6 +234,13 @@ class Staging:
             self._buffers_free.put(self._in_use)
             self._in_use = None
         start = time.perf_counter()
+        if not self.threaded:
+            try:
+                self._gather(self._host[0], self._batch_slots)
+            except _Stop:
+                raise RuntimeError("staging was closed") from None
+            self._staged += 1
+            return StagedBatch(self._host[0], self._waited, time.perf_counter() - start - self._waited, -1, self._staged - 1, None)
         while True:
             try:
                 item = self._ready.get(timeout=1.0)
@@ -233,4 +258,5 @@ class Staging:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5.0)
+        if self.threaded:
+            self._thread.join(timeout=5.0)

@@ -106,11 +106,12 @@ def finished_episodes(batch: Unroll, frames: int, levels: tuple[str, ...], now: 
     when they were fresh). Row 0 repeats the previous unroll's last row, so it is skipped."""
     if fresh >= 0:
         batch = Unroll(*(field[:, :fresh] for field in batch))
-    ended = batch.episode_end[1:].nonzero().tolist()
-    if not ended:
+    ended = batch.episode_end[1:]
+    if not ended.any():
         return []
-    returns, lengths, level = batch.episode_return[1:].cpu(), batch.episode_frames[1:].cpu(), batch.level[0].cpu()
-    return [Episode(frames, levels[int(level[b])], float(returns[t, b]), int(lengths[t, b]), now) for t, b in ended]
+    t, b = ended.nonzero(as_tuple=True)  # in (t, b) order, as before; read out whole, not one tensor index per game
+    returns, lengths, level = batch.episode_return[1:][t, b].tolist(), batch.episode_frames[1:][t, b].tolist(), batch.level[0][b].tolist()
+    return [Episode(frames, levels[lv], float(r), int(n), now) for r, n, lv in zip(returns, lengths, level)]
 
 
 class _Interval:

@@ -99,26 +99,66 @@ def test_envpool_takes_no_noops():
         env.close()
 
 
-def test_envpool_classic_control_matches_gymnasium_semantics():
-    """CartPole through envpool (the auto backend's choice): same-step reset, truncation at 500 with final_obs."""
-    assert Config(env="CartPole-v1").backend == "envpool"
+def test_batched_cartpole_backends_agree_on_same_step_reset_and_time_limits():
+    """CartPole through Gymnasium's vector env (the auto backend's choice), envpool and one Gymnasium env each:
+    same-step reset, truncation at the time limit with final_obs, the same whole-episode statistics."""
+    assert Config(env="CartPole-v1").backend == "vector"
+    assert Config(env="Acrobot-v1").backend == "envpool"
     assert Config(env="tests.flaky_env:ShortCartPole-v0").backend == "gymnasium"
     lengths = {}
-    for backend in ("envpool", "gymnasium"):
-        env = make_batched("CartPole-v1", list(range(4)), Config(env="CartPole-v1", env_backend=backend))
-        out, ends = env.reset(), []
-        for _ in range(1100):
-            balance = (out.obs[:, 2] + 0.5 * out.obs[:, 3] > 0).astype(np.int64)  # keeps the pole up: only the time limit ends it
-            before = out.obs.copy()
-            out = env.step(balance)
-            for j in np.flatnonzero(out.episode_end):
-                assert out.truncated[j] and not out.terminated[j]
-                assert np.abs(out.final_obs[j] - before[j]).max() < 0.5  # the last observation, one step on
-                assert np.abs(out.obs[j]).max() <= 0.05  # already the next episode's first observation
-                ends.append((int(out.episode_frames[j]), float(out.episode_return[j])))
+    for level, limit in (("CartPole-v1", 500), ("CartPole-v0", 200)):
+        for backend in ("vector", "envpool", "gymnasium"):
+            env = make_batched(level, list(range(4)), Config(env=level, env_backend=backend))
+            out, ends = env.reset(), []
+            for _ in range(2 * limit + 100):
+                balance = (out.obs[:, 2] + 0.5 * out.obs[:, 3] > 0).astype(np.int64)  # keeps the pole up: only the time limit ends it
+                before = out.obs.copy()
+                out = env.step(balance)
+                for j in np.flatnonzero(out.episode_end):
+                    assert out.truncated[j] and not out.terminated[j]
+                    assert np.abs(out.final_obs[j] - before[j]).max() < 0.5  # the last observation, one step on
+                    assert np.abs(out.obs[j]).max() <= 0.05  # already the next episode's first observation
+                    ends.append((int(out.episode_frames[j]), float(out.episode_return[j])))
+            env.close()
+            lengths[level, backend] = ends
+        assert all(lengths[level, b] == [(limit, float(limit))] * 8 for b in ("vector", "envpool", "gymnasium")), lengths
+
+
+def test_vector_cartpole_resets_a_fallen_pole_in_the_same_step_and_moves_on_from_there():
+    """A pole that falls ends its episode (terminated, reward 1) and the env continues from the new episode's
+    first observation at the next step: that step is paid and moves the cart, unlike Gymnasium's own
+    next-step reset, which would spend it on the reset."""
+    env = make_batched("CartPole-v1", [0, 1, 2], Config(env="CartPole-v1", env_backend="vector"))
+    try:
+        out = env.reset()
+        falls, frames = 0, 0
+        for _ in range(300):
+            out = env.step(np.zeros(3, np.int64))  # always push left: every episode ends by falling within ~10 steps
+            frames += 3
+            assert (out.reward == 1.0).all()  # no step is spent unpaid on a reset
+            ended = np.flatnonzero(out.episode_end)
+            falls += ended.size
+            if not ended.size:
+                continue
+            j = ended[0]  # the arrays are reused by the next step: check this one now
+            assert out.terminated[j] and not out.truncated[j]
+            assert abs(out.final_obs[j, 0]) > 2.4 or abs(out.final_obs[j, 2]) > 0.2094  # the state that ended it
+            assert np.abs(out.obs[j]).max() <= 0.05
+            first = out.obs[j].copy()
+            after = env.step(np.zeros(3, np.int64))
+            frames += 3
+            falls += int(after.episode_end.sum())
+            assert not after.episode_end[j] and after.reward[j] == 1.0
+            assert after.obs[j, 1] < first[1]  # pushed left from the new episode's first state
+        assert falls > 30
+        assert falls * 8 < frames  # episodes last more than a handful of steps: none is skipped or doubled
+    finally:
         env.close()
-        lengths[backend] = ends
-    assert lengths["envpool"] == lengths["gymnasium"] == [(500, 500.0)] * 8
+
+
+def test_env_backend_vector_refuses_what_it_cannot_step():
+    with pytest.raises(ConfigError, match="--env-backend vector steps Gymnasium's vector CartPole-v0 or CartPole-v1, not Acrobot-v1"):
+        Config(env="Acrobot-v1", env_backend="vector")
 
 
 def test_envs_per_actor_defaults_by_observation_kind():

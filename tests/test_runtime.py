@@ -66,6 +66,11 @@ def test_staging_hands_slots_back_only_after_copying_and_never_overwrites_the_ba
     for i in range(4):
         full.put(i)
     staging = Staging(slots, full, free, batch_slots=2, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test")
+    assert staging.threaded is False  # CPU, no replay: batches are assembled when asked for
+    staging.close()
+    staging = Staging(
+        slots, full, free, batch_slots=2, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test", threaded=True
+    )
     try:
         first = staging.next()
         # Time-major: slots are concatenated along the env dim (dim 1).
@@ -80,6 +85,25 @@ def test_staging_hands_slots_back_only_after_copying_and_never_overwrites_the_ba
         second = staging.next()
         assert torch.all(second.data.obs[:, :2] == 2) and torch.all(second.data.obs[:, 2:] == 3)
         assert second.data.obs.data_ptr() != first.data.obs.data_ptr()  # two alternating buffers
+    finally:
+        staging.close()
+
+
+def test_staging_without_a_thread_copies_when_asked_and_hands_slots_back_at_once():
+    slots = _fake_slots(6)
+    full, free = queue.Queue(), queue.Queue()
+    for i in (3, 1, 4, 5):
+        full.put(i)
+    staging = Staging(slots, full, free, batch_slots=2, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test")
+    try:
+        first = staging.next()
+        assert torch.all(first.data.obs[:, :2] == 3) and torch.all(first.data.obs[:, 2:] == 1)  # in arrival order
+        assert sorted(free.queue) == [1, 3] and full.qsize() == 2  # copied, handed back; nothing taken ahead
+        slots[3].obs.fill_(99.0)  # an actor reuses a returned slot...
+        assert torch.all(first.data.obs[:, :2] == 3)  # ...the batch in use is a copy, untouched
+        second = staging.next()
+        assert torch.all(second.data.obs[:, :2] == 4) and torch.all(second.data.obs[:, 2:] == 5)
+        assert sorted(free.queue) == [1, 3, 4, 5] and [second.number, first.number] == [1, 0]
     finally:
         staging.close()
 

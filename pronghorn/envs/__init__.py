@@ -35,7 +35,12 @@ class EnvSpec(NamedTuple):
 def make_batched(levels: str | Sequence[str], seeds: list[int], cfg: Config) -> BatchedEnv:
     """E environments, env j of level levels[j] (or all of `levels`) seeded seeds[j], on the configured backend."""
     levels = [levels] * len(seeds) if isinstance(levels, str) else list(levels)
-    if cfg.backend_for(levels) == "envpool":
+    backend = cfg.backend_for(levels)
+    if backend == "vector":
+        from pronghorn.envs.vector import VectorBatch
+
+        return VectorBatch(levels[0], seeds)
+    if backend == "envpool":
         from pronghorn.envs.envpool_batch import EnvpoolBatch
 
         assert len(set(levels)) == 1, "envpool steps one level per pool (Config refuses fewer actors than levels)"
