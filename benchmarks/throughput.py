@@ -52,8 +52,8 @@ from pronghorn.runtime.tuning import tune_malloc
 SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, envpool (chosen for learning speed too)
     "cartpole-e32": dict(env="CartPole-v1", envs_per_actor=32),  # more envs per actor amortise per-step glue
-    "cartpole-best": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
-    "cartpole-e128": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),
+    "cartpole-e64": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
+    "cartpole-best": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),
     "cartpole-e256": dict(env="CartPole-v1", envs_per_actor=256, batch_size=512),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),

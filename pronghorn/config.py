@@ -162,7 +162,7 @@ class Config:
     learning_rate: float | None = None
     """Learning rate (see --lr-decay-frames for its schedule); default 7e-4 (A2C's Atari value) for the image CNNs, 6e-4 (IMPALA's) for small grids, 3e-3 for vector observations (the small MLP needs larger steps to learn within 500k frames)."""
     lr_decay_frames: frame_count_flag("--lr-decay-frames") | None = None  # type: ignore[valid-type]  # as above
-    """Anneal the learning rate linearly to 0 over this many frames (and keep it at 0 after); 0 keeps it constant. Default: 500k for vector observations (CartPole's tuned schedule), constant for images and grids. It never follows --total-frames, so a 10M-frame run learns as the first 10M frames of a longer one."""
+    """Anneal the learning rate linearly to 0 over this many frames (and keep it at 0 after); 0 keeps it constant. Default for vector observations: 500k at batch 16 x unroll 20 (CartPole's tuned schedule) and as many updates at other shapes (500k x B x T / 320); constant for images and grids. It never follows --total-frames, so a 10M-frame run learns as the first 10M frames of a longer one."""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """`rmsprop` (IMPALA's) or `adam`."""
     adam_eps: float = 1e-5
@@ -226,7 +226,7 @@ class Config:
     ray_address: str | None = None
     """With --runtime ray: the cluster to join (`auto`, or HEAD:6379); default: a private Ray instance on this machine (loopback, no dashboard), shut down at the end."""
     inference: Literal["auto", "actor", "central"] = "auto"
-    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA or the model is the deep ResNet, actor otherwise (on CPU a cheap model is faster in the actors; see README)."""
+    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA, the model is the deep ResNet or an image model has an LSTM core, actor otherwise (on CPU a cheap model is faster in the actors; see README)."""
     inference_max_batch: int | None = None
     """--inference central: most environments answered in one batch; default every actor's, i.e. num_actors x envs_per_actor."""
     inference_max_wait_ms: float = 2.0
@@ -299,10 +299,16 @@ class Config:
             # lock-step takes as many unrolls from each actor: a whole number of unrolls per actor per batch
             defaults["batch_size"] = envs_per_actor * self.num_actors * max(1, round(slots / self.num_actors))
         filled = {name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items()}
+        if torso == "mlp" and self.lr_decay_frames is None:
+            # CartPole's schedule is tuned as 1,562 updates of 16 x 20: a larger batch decays over as many
+            # updates, not as many frames (over 500k frames, 128 x 20 reached rate 0 after 195 updates and stayed near 200).
+            filled["lr_decay_frames"] = 500_000 * filled["batch_size"] * filled["unroll_length"] // (16 * 20)
         if self.inference == "auto":
             # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model:
-            # worth it where the model is costly or the learner has an accelerator, not for a cheap CPU model.
-            central = torso == "deep" or self.device == "cuda" or (self.device == "auto" and _cuda_available())
+            # worth it where the model is costly (the deep ResNet; a CNN with an LSTM core, 1.02x and 1.10x
+            # faster central in two runs here) or the learner has an accelerator, not for a cheap CPU model.
+            costly = torso == "deep" or (self.lstm and torso != "mlp")
+            central = costly or self.device == "cuda" or (self.device == "auto" and _cuda_available())
             filled["inference"] = "central" if central and self.runtime == "local" and not self.deterministic else "actor"
         return dataclasses.replace(self, **filled)
 

@@ -116,6 +116,9 @@ def test_central_inference_refuses_what_it_cannot_do():
         Config(inference_max_wait_ms=-1)
     assert Config().for_observations((4,)).inference == "actor" or torch.cuda.is_available()
     assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).inference == "central"
+    assert Config(device="cpu", lstm=True).for_observations((4, 84, 84)).inference == "central"  # an image LSTM: central measured faster
+    assert Config(device="cpu", lstm=True).for_observations((4,)).inference == "actor"  # the MLP's own copy is cheaper than the round trip
+    assert Config(device="cpu", lstm=True, deterministic=True).for_observations((4, 84, 84)).inference == "actor"
 
 
 def test_a_killed_actor_is_replaced_and_the_server_does_not_wait_for_it():

@@ -35,6 +35,11 @@ def test_the_learning_rate_schedule_does_not_depend_on_the_budget():
 
     assert lr_at(0, total_frames=10_000, lr_decay_frames=0) == lr_at(9_000, total_frames=50_000, lr_decay_frames=0) == 3e-3  # 0: constant
     assert lr_at(100_000, total_frames=10_000_000) == lr_at(100_000, total_frames=200_000) == 3e-3 * 0.8  # vector default: over 500k
+    # A larger batch decays over as many updates as the default 16 x 20, not as many frames.
+    assert Config(envs_per_actor=64, batch_size=128).for_observations((4,)).lr_decay_frames == 4_000_000
+    assert Config(envs_per_actor=64).for_observations((4,)).lr_decay_frames == 2_000_000  # the batch defaults to one unroll of 64
+    assert Config(unroll_length=40, lr_decay_frames=300_000).for_observations((4,)).lr_decay_frames == 300_000  # a flag wins
+    assert lr_at(800_000, envs_per_actor=64, batch_size=128) == 3e-3 * 0.8
     assert lr_at(5_000, total_frames=10_000, lr_decay_frames=20_000) == lr_at(5_000, total_frames=50_000, lr_decay_frames=20_000) == 3e-3 * 0.75
     assert lr_at(30_000, total_frames=50_000, lr_decay_frames=20_000) == 0.0
 
