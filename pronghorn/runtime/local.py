@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import os
-import queue
 import signal
 import time
 import traceback
@@ -109,7 +109,7 @@ def _actor_main(
         )
     except BaseException as exc:  # reported to the learner, which stops the run
         if not stopping():
-            errors.put((index, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            errors.send((index, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     finally:
         slots.release()
         weights.release()
@@ -145,7 +145,9 @@ class LocalRuntime:
         depth = 2 if self.num_slots - cfg.batch_slots >= 2 * cfg.num_actors else 1
         self.router = SlotRouter(self.num_slots, cfg.num_actors, depth)
         self.router.on_death = self._on_death
-        self._errors = self._ctx.Queue()
+        # Actor i's error reports, one pipe each: a multiprocessing.Queue holds named semaphores, which a
+        # SIGKILL of the whole process group (resource tracker included) leaves behind in /dev/shm.
+        self._errors: dict[int, multiprocessing.connection.Connection] = {}
         # A lock-free shared byte, not multiprocessing.Event: Event.is_set() takes a shared lock, and an
         # actor killed while holding it would freeze every other actor and the learner.
         self._stop = self._ctx.RawValue("b", 0)
@@ -164,6 +166,7 @@ class LocalRuntime:
     def _spawn(self, i: int) -> None:
         free_recv, free_send = self._ctx.Pipe(duplex=False)  # learner -> actor: free slots
         full_recv, full_send = self._ctx.Pipe(duplex=False)  # actor -> learner: full slots
+        error_recv, error_send = self._ctx.Pipe(duplex=False)  # actor -> learner: the error that ended it, if one did
         inference, server_end, actor_end = None, None, None
         if self.mailbox is not None:
             server_end, actor_end = self._ctx.Pipe(duplex=True)  # one byte each way per step: "asked", "answered"
@@ -181,7 +184,7 @@ class LocalRuntime:
                 free_recv,
                 full_send,
                 self._stop,
-                self._errors,
+                error_send,
                 os.getpid(),
                 inference,
             ),
@@ -190,6 +193,11 @@ class LocalRuntime:
         p.start()
         free_recv.close()  # the child has its own copies; ours would hide the other side's end of file
         full_send.close()
+        error_send.close()
+        old = self._errors.pop(i, None)
+        if old is not None:
+            old.close()  # the dead predecessor's: read (or at end of file) before it was replaced
+        self._errors[i] = error_recv
         if self.server is not None and server_end is not None and actor_end is not None:
             actor_end.close()
             self.server.connect(i, server_end)  # a replacement's new pipe: the server forgets the dead one
@@ -197,12 +205,18 @@ class LocalRuntime:
         self.router.connect(i, free_send, full_recv, p.sentinel)
 
     def _reported_error(self, wait: float = 0.0) -> None:
-        try:
-            index, summary, trace = self._errors.get(timeout=wait) if wait else self._errors.get_nowait()
-        except queue.Empty:
-            return
-        log.error("actor %d failed:\n%s", index, trace)
-        raise WorkerError(f"actor {index} ({actor_label(self.cfg, index)}) failed: {summary}")
+        ready = multiprocessing.connection.wait(list(self._errors.values()), timeout=wait)
+        for i, conn in list(self._errors.items()):
+            if conn not in ready:
+                continue
+            try:
+                index, summary, trace = conn.recv()
+            except (EOFError, OSError):  # ended without a word (a signal, a kill): the router restarts it
+                del self._errors[i]
+                conn.close()
+                continue
+            log.error("actor %d failed:\n%s", index, trace)
+            raise WorkerError(f"actor {index} ({actor_label(self.cfg, index)}) failed: {summary}")
 
     def _on_death(self, i: int) -> None:
         """Called by the router (staging thread) when actor i's process ends."""
@@ -266,8 +280,9 @@ class LocalRuntime:
         if self.server is not None:
             self.server.close()
         self.router.close()
-        self._errors.close()
-        self._errors.cancel_join_thread()  # items left in the queue must not block our exit
+        for conn in self._errors.values():
+            conn.close()
+        self._errors.clear()
         if not self._released:
             self.slots.release()
             self.weights.release()
