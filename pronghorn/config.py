@@ -38,6 +38,10 @@ def parse_count(text: str) -> int:
     return int(value)
 
 
+# Vector observations: the batch and unroll CartPole's learning-rate schedule was tuned at, and its length.
+_MLP_BATCH, _MLP_UNROLL, _MLP_DECAY_FRAMES = 16, 20, 500_000
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -283,8 +287,9 @@ class Config:
         if torso == "mlp":
             # 16 envs per actor amortise the per-step inference of cheap envs; 8 with replay, so that the
             # default batch of 16 can be half replayed (a batch is whole actor unrolls, fresh or replayed).
+            # The rate's decay is filled in below, from the batch shape.
             defaults = dict(
-                envs_per_actor=8 if self.replay_fraction else 16, batch_size=16, unroll_length=20, learning_rate=3e-3, rmsprop_eps=0.01, lr_decay_frames=500_000
+                envs_per_actor=8 if self.replay_fraction else 16, batch_size=_MLP_BATCH, unroll_length=_MLP_UNROLL, learning_rate=3e-3, rmsprop_eps=0.01
             )
         elif torso == "small":
             defaults = dict(envs_per_actor=8, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
@@ -302,7 +307,7 @@ class Config:
         if torso == "mlp" and self.lr_decay_frames is None:
             # CartPole's schedule is tuned as 1,562 updates of 16 x 20: a larger batch decays over as many
             # updates, not as many frames (over 500k frames, 128 x 20 reached rate 0 after 195 updates and stayed near 200).
-            filled["lr_decay_frames"] = 500_000 * filled["batch_size"] * filled["unroll_length"] // (16 * 20)
+            filled["lr_decay_frames"] = _MLP_DECAY_FRAMES * filled["batch_size"] * filled["unroll_length"] // (_MLP_BATCH * _MLP_UNROLL)
         if self.inference == "auto":
             # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model:
             # worth it where the model is costly (the deep ResNet; a CNN with an LSTM core, 1.02x and 1.10x

@@ -93,7 +93,6 @@ class Staging:
         self._pending: dict[int, torch.Tensor] = {}
         self._placed: dict[int, ReplaySample] = {}  # batch number -> where its columns live, until its priorities come
         self._staged = 0
-        self._waited = 0.0
         cuda = device.type == "cuda"
         # A thread earns its keep where there is work to overlap with an update: the copy to an accelerator,
         # or replay's sampling. On CPU without replay a batch is only copied out of the slots, which the
@@ -149,10 +148,8 @@ class Staging:
                 # Until the ring holds as many columns as a batch replays, batches are all fresh.
                 replayed = self._replay_columns if ring is not None and ring.size >= self._replay_columns else 0
                 width = self._slots[0].obs.shape[1]
-                start = time.perf_counter()
                 host = self._host[buffer]
-                fresh = self._gather(host, self._batch_slots - replayed // width)
-                start += self._waited  # stage_s counts the copying, not the wait for full slots
+                fresh, start = self._gather(host, self._batch_slots - replayed // width)  # stage_s counts from the copy, not the wait for slots
                 sample = self._replay_step(host, fresh, replayed) if ring is not None else None
                 event = None
                 if self._stream is not None:
@@ -168,12 +165,11 @@ class Staging:
         except BaseException as exc:  # handed to the learner thread, which raises it
             self._ready.put(exc)
 
-    def _gather(self, host: Unroll, count: int) -> int:
-        """Take `count` full slots, copy them side by side into host's first columns, hand them back;
-        returns the columns filled. `_waited` is how long the slots took to come."""
-        start = time.perf_counter()
+    def _gather(self, host: Unroll, count: int) -> tuple[int, float]:
+        """Take `count` full slots, copy them side by side into host's first columns, hand them back.
+        Returns the columns filled and when the last slot came (perf_counter): the copying starts there."""
         indices = [self._take_slot() for _ in range(count)]
-        self._waited = time.perf_counter() - start
+        arrived = time.perf_counter()
         width = self._slots[0].obs.shape[1]
         for j, i in enumerate(indices):
             for src, out in zip(self._slots[i], host):
@@ -181,7 +177,7 @@ class Staging:
         # The data is copied out of the slots: only now may actors overwrite them.
         for i in indices:
             self._free.put(i)
-        return len(indices) * width
+        return len(indices) * width, arrived
 
     def _replay_step(self, host: Unroll, fresh: int, replayed: int) -> ReplaySample:
         """Draw the replayed columns into host[:, fresh:], then store the fresh ones in the ring."""
@@ -236,11 +232,11 @@ class Staging:
         start = time.perf_counter()
         if not self.threaded:
             try:
-                self._gather(self._host[0], self._batch_slots)
+                _, arrived = self._gather(self._host[0], self._batch_slots)
             except _Stop:
                 raise RuntimeError("staging was closed") from None
             self._staged += 1
-            return StagedBatch(self._host[0], self._waited, time.perf_counter() - start - self._waited, -1, self._staged - 1, None)
+            return StagedBatch(self._host[0], arrived - start, time.perf_counter() - arrived, -1, self._staged - 1, None)
         while True:
             try:
                 item = self._ready.get(timeout=1.0)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from pronghorn.envs.batch import empty_output
+from pronghorn.envs.batch import EpisodeTracker, empty_output
 from pronghorn.records import EnvOutput
 
 # What same-step reset touches in Gymnasium's CartPoleVectorEnv (state [4, E], step counts, its pending-reset flags).
@@ -36,8 +36,7 @@ class VectorBatch:
         self._env: Any = self._vec.unwrapped  # a CartPoleVectorEnv, whose state _reset_now writes (checked in reset)
         space = self._vec.single_observation_space
         self._out = empty_output(self.num_envs, space.shape, space.dtype)
-        self._returns = np.zeros(self.num_envs, np.float64)
-        self._frames = np.zeros(self.num_envs, np.int64)
+        self._stats = EpisodeTracker(self.num_envs, 1, episodic_life=False)  # CartPole has no lives
 
     def reset(self) -> EnvOutput:
         obs, _ = self._vec.reset(seed=self._seed)
@@ -48,16 +47,16 @@ class VectorBatch:
         out.obs[:] = obs
         for field in (out.reward, out.terminated, out.truncated, out.episode_end):
             field[:] = 0
-        self._returns[:] = 0
-        self._frames[:] = 0
+        self._stats.restart(slice(None), 0)
         return out
 
     def step(self, actions: np.ndarray) -> EnvOutput:
         out = self._out
         obs, reward, terminated, truncated, _ = self._vec.step(actions)
         done = terminated | truncated
-        self._returns += reward
-        self._frames += 1
+        stats = self._stats
+        stats.returns += reward  # all envs in one vector operation, as envpool's classic control does
+        stats.frames += 1
         out.obs[:] = obs
         out.reward[:] = reward
         out.terminated[:] = terminated
@@ -65,10 +64,9 @@ class VectorBatch:
         out.episode_end[:] = done
         if done.any():
             ended = np.flatnonzero(done)
-            out.episode_return[ended] = self._returns[ended]
-            out.episode_frames[ended] = self._frames[ended]
-            self._returns[ended] = 0
-            self._frames[ended] = 0
+            out.episode_return[ended] = stats.returns[ended]
+            out.episode_frames[ended] = stats.frames[ended]
+            stats.restart(ended, 0)
             out.final_obs[ended] = obs[ended]  # the learner bootstraps a time limit from V(final_obs)
             out.obs[ended] = self._reset_now(ended)
         return out
