@@ -85,6 +85,11 @@ _SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 def run_sample_factory(python: str, args: list[str], seconds: float, workdir: str) -> dict:
     cmd = [python, *args, "--experiment", "peer", "--train_dir", workdir, "--num_workers", "2", "--use_rnn", "False"]
     cmd += ["--device", "cpu", "--with_wandb", "False", "--train_for_seconds", str(int(seconds))]
+    # Sample Factory "decorrelates" by stepping its k-th env k rollouts at random before sampling, without
+    # adding those steps' rewards to the game's return: the first game of every env then reports only the
+    # part played after sampling began (a Pong game cut to its last points scores near 0, not -21), and at
+    # Pong's 82K frames most reported games are such pieces. Off, every reported return is a whole game.
+    cmd += ["--decorrelate_envs_on_one_worker", "False"]
     print("sample factory:", " ".join(cmd[1:]), flush=True)
     log_path = os.path.join(workdir, "stdout.txt")
     with open(log_path, "w") as log:

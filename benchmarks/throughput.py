@@ -8,7 +8,9 @@ For each setting, in one run, with the same envs and worker count as the end-to-
   3. the learner's update on a [T+1, B] batch       -> core-seconds per frame
   component limit = cores / (sum of the three)       (frames/s if every core did only useful work)
 then pronghorn end to end (actors + staging + learner) and the ratio of its training frames/s to that limit.
-Each component is timed on one thread, as the actors and (on 2 cores) the learner run.
+Each component is timed on one thread, as the actors and (on 2 cores) the learner run, once before the
+end-to-end run and once after it: the limit uses the mean of the two, so a machine that speeds up or slows
+down over the minutes of one setting moves both sides of the ratio alike (the two are printed as well).
 
   .venv/bin/python benchmarks/throughput.py [--only SETTING ...]
   .venv/bin/python benchmarks/throughput.py --inference both --readme README.md   # regenerates the README table
@@ -77,16 +79,20 @@ def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -
     return (time.process_time() - start_cpu) / (calls * units_per_call)
 
 
-def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
+def measure_components(cfg: Config, seconds: float, stepper: str | None = None) -> tuple[dict[str, float], str]:
+    """Core-seconds per frame of env stepping (the fastest stepper, or `stepper`), inference and the learner."""
     spec = probe(cfg.env, cfg)
     E, T, B, fps = cfg.envs, resolved(cfg.unroll_length, "unroll_length"), resolved(cfg.batch_size, "batch_size"), spec.frames_per_step
     env = make_batched(cfg.env, list(range(E)), cfg)
     env.reset()
     rng = np.random.default_rng(0)
-    env_costs = {"pronghorn": cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds / 2)}
+    env_costs = {}
+    if stepper in (None, "pronghorn"):
+        env_costs["pronghorn"] = cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds / 2)
     obs = torch.from_numpy(env.step(np.zeros(E, np.int64)).obs.copy())
     env.close()
-    env_costs.update(raw_env_costs(cfg.env, E, spec.num_actions, fps, seconds / 2))
+    if stepper != "pronghorn":
+        env_costs.update(raw_env_costs(cfg.env, E, spec.num_actions, fps, seconds / 2, only=stepper))
     fastest = min(env_costs, key=lambda k: env_costs[k])
 
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
@@ -119,28 +125,28 @@ def measure_components(cfg: Config, seconds: float) -> dict[str, float]:
     return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
 
 
-def raw_env_costs(level: str, E: int, num_actions: int, frames_per_step: int, seconds: float) -> dict[str, float]:
+def raw_env_costs(level: str, E: int, num_actions: int, frames_per_step: int, seconds: float, only: str | None = None) -> dict[str, float]:
     """Core-seconds per frame of the env's own batched steppers, without pronghorn's glue (where they exist)."""
     import gymnasium as gym
 
     rng = np.random.default_rng(0)
     costs = {}
-    try:
-        import envpool
+    if only in (None, "envpool"):
+        try:
+            import envpool
 
-        if level.startswith("ALE/"):
-            pool = envpool.make(
-                level.split("/", 1)[1], env_type="gymnasium", num_envs=E, batch_size=E, num_threads=1, frame_skip=4, stack_num=4, img_height=84, img_width=84
-            )
-        else:
-            pool = envpool.make(level, env_type="gymnasium", num_envs=E, batch_size=E, num_threads=1)
-        pool.reset()
-        costs["envpool"] = cpu_time_per(lambda: pool.step(rng.integers(0, num_actions, E).astype(np.int32)), E * frames_per_step, seconds)
-        pool.close()
-    except Exception:  # envpool does not serve this id
-        pass
+            if level.startswith("ALE/"):
+                kwargs = dict(frame_skip=4, stack_num=4, img_height=84, img_width=84)
+                pool = envpool.make(level.split("/", 1)[1], env_type="gymnasium", num_envs=E, batch_size=E, num_threads=1, **kwargs)
+            else:
+                pool = envpool.make(level, env_type="gymnasium", num_envs=E, batch_size=E, num_threads=1)
+            pool.reset()
+            costs["envpool"] = cpu_time_per(lambda: pool.step(rng.integers(0, num_actions, E).astype(np.int32)), E * frames_per_step, seconds)
+            pool.close()
+        except Exception:  # envpool does not serve this id
+            pass
     spec = gym.spec(level) if level in gym.registry else None
-    if spec is not None and spec.vector_entry_point is not None:
+    if spec is not None and spec.vector_entry_point is not None and only in (None, "gym-vector"):
         vec = gym.make_vec(level, num_envs=E, vectorization_mode="vector_entry_point")
         vec.reset(seed=0)
         costs["gym-vector"] = cpu_time_per(lambda: vec.step(rng.integers(0, num_actions, E)), E * frames_per_step, seconds)
@@ -213,17 +219,19 @@ def main() -> None:
     for name in args.only or DEFAULT_SETTINGS:
         cfg = Config(num_actors=args.num_actors, **SETTINGS[name])
         cfg = cfg.for_observations(probe(cfg.env, cfg).obs_shape)
-        costs, stepper = measure_components(cfg, args.seconds)
-        per_frame = sum(costs.values())
-        limit = cores / per_frame
-        frames = int(limit * args.e2e_seconds * 0.6)
+        before, stepper = measure_components(cfg, args.seconds)
+        frames = int(cores / sum(before.values()) * args.e2e_seconds * 0.6)
         measured = end_to_end(cfg, frames)
         torch.set_num_threads(1)
+        after, _ = measure_components(cfg, args.seconds, stepper)
+        costs = {k: (before[k] + after[k]) / 2 for k in before}
+        limit = cores / sum(costs.values())
+        limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
         shape = f"E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
         line = (
             f"{name:22s} {shape} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())
-            + f" ({stepper}) | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
+            + f" ({stepper}) | {limits} | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
         )
         row = f"| {name} ({shape}) | {costs['env'] * 1e6:.1f} ({stepper}) | {costs['inference'] * 1e6:.1f} | {costs['learner'] * 1e6:.1f} | {limit:,.0f} | {measured:,.0f} | {measured / limit:.2f} |"
         if args.inference == "both":

@@ -108,7 +108,21 @@ def _train(logdir, *flags, timeout=300):
 
 def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_the_target(tmp_path):
     logdir = tmp_path / "killed"
-    command = CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--checkpoint-secs", "1"]
+    # With an evaluation process too: it is killed with the group and started again on resume.
+    command = CLI + [
+        "train",
+        "--logdir",
+        str(logdir),
+        "--no-progress",
+        "--log-interval",
+        "0.5",
+        "--checkpoint-secs",
+        "1",
+        "--eval-every",
+        "10k",
+        "--eval-episodes",
+        "1",
+    ]
     semaphores = set(glob.glob("/dev/shm/sem.mp-*"))  # multiprocessing's named semaphores: a SIGKILL of the group leaves any it held
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, start_new_session=True)
     try:
@@ -123,7 +137,7 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert set(glob.glob("/dev/shm/sem.mp-*")) <= semaphores  # the runtime holds none (its pipes need no locks)
+    assert set(glob.glob("/dev/shm/sem.mp-*")) <= semaphores  # the runtime and the evaluator hold none (their pipes need no locks)
     path, state = checkpoint.load_latest(str(logdir))
     killed_at = state["learner"]["frames"]
     assert killed_at >= 20_000

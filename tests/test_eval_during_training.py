@@ -59,3 +59,26 @@ def test_evaluations_land_at_the_asked_frames_in_every_log_and_match_pronghorn_e
     again = evaluate(str(logdir), str(logdir / "checkpoints" / f"ckpt-{frames[-1]:012d}.pt"), 2, greedy=True, seed=10_000 + frames[-1])
     assert again["levels"]["CartPole-v1"]["return"]["mean"] == float(rows[-1]["mean_return"]), json.dumps(again)
     assert_no_leaks(owners=(proc.pid,))
+
+
+def test_the_evaluator_reports_a_failed_evaluation_and_its_own_death(tmp_path):
+    import glob
+
+    from pronghorn.runtime.evaluator import Evaluator
+
+    semaphores = set(glob.glob("/dev/shm/sem.mp-*"))
+    evaluator = Evaluator(str(tmp_path), 1, False, seed=0)
+    try:
+        assert set(glob.glob("/dev/shm/sem.mp-*")) <= semaphores  # a pipe, no queue: nothing a SIGKILL could leave
+        assert evaluator.submit(str(tmp_path / "missing.pt"), 10)
+        assert not evaluator.submit(str(tmp_path / "missing.pt"), 20)  # one evaluation in flight at a time
+        (failed,) = evaluator.poll(timeout=120)
+        assert failed.frames == 10 and failed.returns == {} and failed.error
+        assert evaluator.poll() == []  # nothing in flight, nothing to report
+        evaluator._process.kill()
+        assert evaluator.submit(str(tmp_path / "missing.pt"), 30)  # the dead end is not an error for the learner
+        (died,) = evaluator.poll(timeout=30)
+        assert died.error == f"the evaluation process died (exit code {evaluator._process.exitcode})" and died.frames == -1
+    finally:
+        evaluator.close()
+    assert_no_leaks()

@@ -4,20 +4,22 @@ It runs `pronghorn evaluate`'s code (`evaluate.evaluate`) on the checkpoint the 
 lower CPU priority (nice 10) and with one torch thread, so on a busy machine it takes what the learner and
 actors leave. One evaluation is in flight at a time: a request made while one runs is refused and the
 caller logs the skip (queuing them would let evaluations fall ever further behind training).
+
+Requests and results travel over one pipe, not multiprocessing queues: a queue holds named semaphores
+in /dev/shm, and a SIGKILL of the whole process group (the resource tracker with it) leaves them there.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
 import signal
 from typing import Any
 
 from pronghorn.logs import Evaluation
 
 
-def _serve(logdir: str, episodes: int, video: bool, seed: int, requests: Any, results: Any) -> None:
+def _serve(logdir: str, episodes: int, video: bool, seed: int, conn: Any) -> None:
     from pronghorn.runtime.local import die_with_parent
 
     die_with_parent()
@@ -35,7 +37,10 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, requests: Any, re
     from pronghorn.evaluate import evaluate
 
     while True:
-        request = requests.get()
+        try:
+            request = conn.recv()
+        except EOFError:  # the learner is gone
+            return
         if request is None:
             return
         path, frames = request
@@ -45,54 +50,60 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, requests: Any, re
                 os.makedirs(os.path.dirname(video_path), exist_ok=True)
             summary = evaluate(logdir, path, episodes, greedy=True, video=video_path, seed=seed + frames)
             returns = {level: float(r["return"]["mean"]) for level, r in summary["levels"].items()}
-            results.put(Evaluation(frames, returns, episodes, video_path, None))
+            result = Evaluation(frames, returns, episodes, video_path, None)
         except Exception as exc:  # reported to the learner, which logs it and trains on
-            results.put(Evaluation(frames, {}, episodes, None, f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
+            result = Evaluation(frames, {}, episodes, None, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        try:
+            conn.send(result)
+        except OSError:  # the learner is gone
+            return
 
 
 class Evaluator:
-    """The evaluation process and its two queues."""
+    """The evaluation process and the pipe to it."""
 
     def __init__(self, logdir: str, episodes: int, video: bool, seed: int):
         ctx = mp.get_context("spawn")
-        self._requests = ctx.Queue()
-        self._results = ctx.Queue()
-        self._process = ctx.Process(target=_serve, args=(logdir, episodes, video, seed, self._requests, self._results), daemon=True)
+        self._conn, theirs = ctx.Pipe(duplex=True)
+        self._process = ctx.Process(target=_serve, args=(logdir, episodes, video, seed, theirs), daemon=True)
         self._process.start()
+        theirs.close()  # the child has its own copy: this end closed, its death reads as end of file here
         self.busy = False
 
     def submit(self, checkpoint_path: str, frames: int) -> bool:
         """Ask for an evaluation of this checkpoint; False (nothing asked) while one is still running."""
         if self.busy:
             return False
-        self._requests.put((checkpoint_path, frames))
+        try:
+            self._conn.send((checkpoint_path, frames))
+        except OSError:  # the process is gone: poll() says so
+            pass
         self.busy = True
         return True
 
     def poll(self, timeout: float = 0.0) -> list[Evaluation]:
-        """Finished evaluations (waiting up to `timeout` s for the one in flight)."""
-        done = []
+        """The finished evaluation, if any (waiting up to `timeout` s for the one in flight)."""
+        if not self.busy:
+            return []
         try:
-            while True:
-                done.append(self._results.get(timeout=timeout) if timeout and self.busy else self._results.get_nowait())
+            if self._conn.poll(timeout):
+                result = self._conn.recv()
                 self.busy = False
-                timeout = 0.0
-        except queue.Empty:
-            pass
-        if self.busy and not self._process.is_alive():
-            self.busy = False
-            done.append(Evaluation(-1, {}, 0, None, f"the evaluation process died (exit code {self._process.exitcode})"))
-        return done
+                return [result]
+        except (EOFError, OSError):  # its end closed: it died
+            self._process.join(2.0)
+        if self._process.is_alive():
+            return []
+        self.busy = False
+        return [Evaluation(-1, {}, 0, None, f"the evaluation process died (exit code {self._process.exitcode})")]
 
     def close(self) -> None:
         try:
-            self._requests.put(None)
-        except (OSError, ValueError):
+            self._conn.send(None)
+        except OSError:
             pass
         self._process.join(5.0)
         if self._process.is_alive():
             self._process.kill()
             self._process.join(2.0)
-        for q in (self._requests, self._results):
-            q.close()
-            q.cancel_join_thread()
+        self._conn.close()
