@@ -8,6 +8,7 @@ Factory reached.
 
   .venv/bin/python benchmarks/peer.py                       # CartPole and Pong, 120 s each per system
   .venv/bin/python benchmarks/peer.py --only cartpole --seconds 60
+  .venv/bin/python benchmarks/peer.py --readme README.md     # both, and rewrites the README's peer table
 
 Settings (same network on both sides):
   cartpole  CartPole-v1, MLP 2 x 64, no RNN; 2 workers/actors; pronghorn with its defaults and with
@@ -33,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from readme_table import write_table  # noqa: E402
 from timed_run import steady_fps, train_for  # noqa: E402
 
 PINS = ["torch==2.13.0", "sample-factory==2.1.1", "ale-py<0.10"]  # ale-py 0.9 is the last for gymnasium 0.29
@@ -144,9 +146,16 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SETTINGS), action="append")
     parser.add_argument("--seconds", type=float, default=120.0, help="wall time each system trains per setting")
     parser.add_argument("--venv", default=os.path.join(HERE, ".peer-venv"))
+    parser.add_argument("--readme", help="write the table between the peer markers of this README (every setting: not with --only)")
     args = parser.parse_args()
+    if args.readme and args.only:
+        parser.error("--readme rewrites the whole peer table: run every setting (drop --only)")
     python = ensure_venv(args.venv)
     lines = []
+    table = [
+        "| setting | Sample Factory fps | pronghorn fps | ratio | return at Sample Factory's last frame count (SF / pronghorn) |",
+        "|---|---|---|---|---|",
+    ]
     for name in args.only or list(SETTINGS):
         setting = SETTINGS[name]
         with tempfile.TemporaryDirectory() as sf_dir:
@@ -162,9 +171,15 @@ def main() -> None:
             )
             print(line, flush=True)
             lines.append(line)
+            table.append(
+                f"| {name}, pronghorn {variant} | {sf['fps']:,.0f} | {ph['fps']:,.0f} | {ph['fps'] / sf['fps']:.1f}× |"
+                f" {sf['return']:.2f} / {ph['return_at']:.2f} at {sf['frames']:,} frames ({ph['return']:.2f} by the end, {ph['frames']:,} frames) |"
+            )
     print(f"\n{args.seconds:.0f} s each on {os.cpu_count()} cores; fps = training frames/s in steady state (first quarter skipped)")
     for line in lines:
         print(line)
+    if args.readme:
+        write_table(args.readme, "peer", "benchmarks/peer.py", table, f", {args.seconds:.0f} s each system per setting")
 
 
 if __name__ == "__main__":

@@ -51,8 +51,11 @@ from pronghorn.models import build_agent
 from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.tuning import tune_malloc
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from readme_table import write_table
+
 SETTINGS: dict[str, dict[str, Any]] = {
-    "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, envpool (chosen for learning speed too)
+    "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, Gymnasium's vector CartPole (chosen for learning speed too)
     "cartpole-e32": dict(env="CartPole-v1", envs_per_actor=32),  # more envs per actor amortise per-step glue
     "cartpole-e64": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
     "cartpole-best": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),
@@ -251,24 +254,7 @@ def main() -> None:
     print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit\n")
     print("\n".join(table))
     if args.readme:
-        write_table(args.readme, table, cores)
-
-
-BEGIN, END = "<!-- throughput table: benchmarks/throughput.py --readme README.md -->", "<!-- end of throughput table -->"
-
-
-def write_table(path: str, table: list[str], cores: int) -> None:
-    with open(path) as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path} has no throughput markers ({BEGIN} ... {END})")
-    stamp = time.strftime("%Y-%m-%d")
-    body = "\n".join([f"One run, {stamp}, {cores} cores:", "", *table])
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    with open(path, "w") as f:
-        f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
-    print(f"wrote the table into {path}")
+        write_table(args.readme, "throughput", "benchmarks/throughput.py", table, "")
 
 
 if __name__ == "__main__":
