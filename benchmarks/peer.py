@@ -23,6 +23,7 @@ Settings (same network on both sides):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -84,9 +85,23 @@ _SF_LINE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\].*Total num fram
 _SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 
 
+def _remove_leftovers(before: set[str]) -> None:
+    """What a killed Sample Factory leaves in /dev/shm: multiprocessing's semaphores and torch's shared tensors.
+
+    Only entries of those two kinds that appeared while it ran are removed (run this benchmark on its own)."""
+    if not os.path.isdir("/dev/shm"):
+        return
+    left = sorted(n for n in set(os.listdir("/dev/shm")) - before if n.startswith(("sem.mp-", "torch_")))
+    for name in left:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join("/dev/shm", name))
+    if left:
+        print(f"  removed {len(left)} shared-memory entries Sample Factory left in /dev/shm", flush=True)
+
+
 def run_sample_factory(python: str, args: list[str], seconds: float, workdir: str) -> dict:
     cmd = [python, *args, "--experiment", "peer", "--train_dir", workdir, "--num_workers", "2", "--use_rnn", "False"]
-    cmd += ["--device", "cpu", "--with_wandb", "False", "--train_for_seconds", str(int(seconds))]
+    cmd += ["--device", "cpu", "--with_wandb", "False"]
     # Sample Factory "decorrelates" by stepping its k-th env k rollouts at random before sampling, without
     # adding those steps' rewards to the game's return: the first game of every env then reports only the
     # part played after sampling began (a Pong game cut to its last points scores near 0, not -21), and at
@@ -94,24 +109,28 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
     cmd += ["--decorrelate_envs_on_one_worker", "False"]
     print("sample factory:", " ".join(cmd[1:]), flush=True)
     log_path = os.path.join(workdir, "stdout.txt")
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     with open(log_path, "w") as log:
-        # Its own session: Sample Factory's workers go with it. It stops itself after --train_for_seconds,
-        # but its shutdown has been seen to hang here; a minute later it is interrupted, then killed.
+        # Its own session: Sample Factory's workers go with it. Sample Factory 2.1.1 never stops at
+        # --train_for_seconds (its runner never adds to the seconds it compares), so this stops it after the
+        # same wall time as pronghorn gets: Ctrl-C to its main process (the workers ignore SIGINT and are
+        # stopped by it), and whatever of its session is still there half a minute later is killed.
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            proc.wait(timeout=seconds + 60)
+            proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
         finally:
-            try:  # whatever of its session is left (workers of a hung shutdown) must not run into the next measurement
+            try:  # workers of a hung shutdown must not run into the next measurement
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             proc.wait()
+    _remove_leftovers(shm_before)
     with open(log_path) as f:
         output = f.read()
     points, rewards = [], []  # (time, frames), (frames, mean reward)
