@@ -57,6 +57,11 @@ CLI = [sys.executable, "-m", "pronghorn.cli"]
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}  # spawned actors import tests.flaky_env from the repo root
 
 
+def train_command(logdir, *flags) -> list[str]:
+    """`pronghorn train` into logdir, quiet, with a metrics row every 0.5 s (what the process tests watch), plus flags."""
+    return CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags]
+
+
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

@@ -15,7 +15,7 @@ from pronghorn.config import Config
 from pronghorn.learner import Learner
 from pronghorn.logs import trim_csv
 from pronghorn.models import Agent
-from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, synthetic_batches
+from tests.helpers import ENV, assert_no_leaks, read_csv, synthetic_batches, train_command
 
 
 def _learner(cfg):
@@ -101,28 +101,13 @@ def test_trim_csv_drops_rows_past_the_checkpoint_and_half_written_ones(tmp_path)
 
 
 def _train(logdir, *flags, timeout=300):
-    return subprocess.run(
-        CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags], capture_output=True, text=True, timeout=timeout, env=ENV
-    )
+    return subprocess.run(train_command(logdir, *flags), capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_the_target(tmp_path):
     logdir = tmp_path / "killed"
     # With an evaluation process too: it is killed with the group and started again on resume.
-    command = CLI + [
-        "train",
-        "--logdir",
-        str(logdir),
-        "--no-progress",
-        "--log-interval",
-        "0.5",
-        "--checkpoint-secs",
-        "1",
-        "--eval-every",
-        "10k",
-        "--eval-episodes",
-        "1",
-    ]
+    command = train_command(logdir, "--checkpoint-secs", "1", "--eval-every", "10k", "--eval-episodes", "1")
     semaphores = set(glob.glob("/dev/shm/sem.mp-*"))  # multiprocessing's named semaphores: a SIGKILL of the group leaves any it held
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, start_new_session=True)
     try:
@@ -174,7 +159,7 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
 def test_sigterm_checkpoints_and_exits_within_10_seconds(tmp_path):
     logdir = tmp_path / "terminated"
     proc = subprocess.Popen(
-        CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", "--total-frames", "100M", "--stop-at-return", "1e9"],
+        train_command(logdir, "--total-frames", "100M", "--stop-at-return", "1e9"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -266,21 +251,7 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
 
     logdir = tmp_path / "doomed"
     proc = subprocess.Popen(
-        CLI
-        + [
-            "train",
-            "--logdir",
-            str(logdir),
-            "--no-progress",
-            "--log-interval",
-            "0.5",
-            "--checkpoint-secs",
-            "1",
-            "--total-frames",
-            "100M",
-            "--stop-at-return",
-            "1e9",
-        ],
+        train_command(logdir, "--checkpoint-secs", "1", "--total-frames", "100M", "--stop-at-return", "1e9"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -13,7 +13,7 @@ from pronghorn.config import Config
 from pronghorn.envs import probe
 from pronghorn.models import Agent
 from pronghorn.runtime import LocalRuntime
-from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, run_cli
+from tests.helpers import ENV, assert_no_leaks, read_csv, run_cli, train_command
 
 
 def test_killed_actor_is_replaced_and_its_slots_reclaimed():
@@ -69,19 +69,7 @@ def _actor_pids(parent: int, timeout: float = 30.0) -> list[int]:
 def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
     logdir = tmp_path / "survivor"
     proc = subprocess.Popen(
-        CLI
-        + [
-            "train",
-            "--logdir",
-            str(logdir),
-            "--no-progress",
-            "--log-interval",
-            "0.5",
-            "--total-frames",
-            "150k",
-            "--stop-at-return",
-            "1e9",
-        ],  # survival is the point here, not how fast CartPole is solved
+        train_command(logdir, "--total-frames", "150k", "--stop-at-return", "1e9"),  # survival is the point here, not how fast CartPole is solved
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
