@@ -219,9 +219,15 @@ def main() -> None:
         + (" other inference (fps, ratio) |" if args.inference == "both" else ""),
         "|---|---|---|---|---|---|---|" + ("---|" if args.inference == "both" else ""),
     ]
+
+    def setting(name: str, **changes: Any) -> Config:
+        # Built from the setting each time, not replaced in a resolved Config: defaults that follow a
+        # changed flag (--actor-nice follows --inference) are filled in again.
+        cfg = Config(num_actors=args.num_actors, **{**SETTINGS[name], **changes})
+        return cfg.for_observations(probe(cfg.env, cfg).obs_shape)
+
     for name in args.only or DEFAULT_SETTINGS:
-        cfg = Config(num_actors=args.num_actors, **SETTINGS[name])
-        cfg = cfg.for_observations(probe(cfg.env, cfg).obs_shape)
+        cfg = setting(name)
         before, stepper = measure_components(cfg, args.seconds)
         frames = int(cores / sum(before.values()) * args.e2e_seconds * 0.6)
         measured = end_to_end(cfg, frames)
@@ -239,12 +245,12 @@ def main() -> None:
         row = f"| {name} ({shape}) | {costs['env'] * 1e6:.1f} ({stepper}) | {costs['inference'] * 1e6:.1f} | {costs['learner'] * 1e6:.1f} | {limit:,.0f} | {measured:,.0f} | {measured / limit:.2f} |"
         if args.inference == "both":
             other = "central" if cfg.inference == "actor" else "actor"
-            alt = end_to_end(dataclasses.replace(cfg, inference=other), frames)
+            alt = end_to_end(setting(name, inference=other), frames)
             torch.set_num_threads(1)
             line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / limit:.2f}, {alt / measured:.2f}x the default)"
             row += f" {other}: {alt:,.0f}, {alt / limit:.2f} |"
         if args.deterministic_cost:
-            lockstep = end_to_end(dataclasses.replace(cfg, deterministic=True, inference="actor"), frames)
+            lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), frames)
             torch.set_num_threads(1)
             line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
         print(line, flush=True)

@@ -59,6 +59,10 @@ def check(cfg: Config) -> None:
     need(0 <= cfg.sticky_actions <= 1, f"--sticky-actions is {cfg.sticky_actions}: it is a probability in [0, 1]")
     need(cfg.noop_max >= 0, f"--noop-max is {cfg.noop_max}: it must be 0 or more")
     need(cfg.learner_threads >= 0, f"--learner-threads is {cfg.learner_threads}: use 0 for automatic or a positive count")
+    need(
+        cfg.actor_nice is None or 0 <= cfg.actor_nice <= 19,
+        f"--actor-nice is {cfg.actor_nice}: use a niceness from 0 (the learner's priority) to 19 (the lowest)",
+    )
     need(cfg.log_interval > 0, f"--log-interval is {cfg.log_interval}: it must be positive (seconds)")
     need(cfg.checkpoint_secs > 0, f"--checkpoint-secs is {cfg.checkpoint_secs}: it must be positive (seconds)")
     need(cfg.max_bad_updates >= 1, f"--max-bad-updates is {cfg.max_bad_updates}: it must be at least 1")

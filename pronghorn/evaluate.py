@@ -152,7 +152,7 @@ class PeriodicEvaluation:
 
         self._every = cfg.eval_every
         self._levels = cfg.level_names
-        self._evaluator = Evaluator(logdir, cfg.eval_episodes, cfg.eval_video, seed=cfg.seed + 10_000)
+        self._evaluator = Evaluator(logdir, cfg.eval_episodes, cfg.eval_video, seed=cfg.seed + 10_000, actor_nice=cfg.actor_nice or 0)
         self.next_due = (frames // self._every + 1) * self._every
         self._unsent: int | None = None  # frames of a due evaluation skipped while another ran
         self._latest: Evaluation | None = None

@@ -18,6 +18,7 @@ FLAGS = [
     "--unroll-length",
     "--batch-size",
     "--num-buffers",
+    "--actor-nice",
     "--total-frames",
     "--learning-rate",
     "--discount",

@@ -1,7 +1,9 @@
 """--eval-every: greedy evaluations of checkpoints in a separate process, logged at the frames asked for."""
 
 import json
+import os
 
+import psutil
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pronghorn.evaluate import evaluate
@@ -67,13 +69,15 @@ def test_the_evaluator_reports_a_failed_evaluation_and_its_own_death(tmp_path):
     from pronghorn.runtime.evaluator import Evaluator
 
     semaphores = set(glob.glob("/dev/shm/sem.mp-*"))
-    evaluator = Evaluator(str(tmp_path), 1, False, seed=0)
+    evaluator = Evaluator(str(tmp_path), 1, False, seed=0, actor_nice=4)
     try:
         assert set(glob.glob("/dev/shm/sem.mp-*")) <= semaphores  # a pipe, no queue: nothing a SIGKILL could leave
         assert evaluator.submit(str(tmp_path / "missing.pt"), 10)
         assert not evaluator.submit(str(tmp_path / "missing.pt"), 20)  # one evaluation in flight at a time
         (failed,) = evaluator.poll(timeout=120)
         assert failed.frames == 10 and failed.returns == {} and failed.error
+        # It served a request, so it has lowered its priority: 10 below the actors' (4 here), 14 below ours.
+        assert psutil.Process(evaluator._process.pid).nice() == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 14)
         assert evaluator.poll() == []  # nothing in flight, nothing to report
         evaluator._process.kill()
         assert evaluator.submit(str(tmp_path / "missing.pt"), 30)  # the dead end is not an error for the learner

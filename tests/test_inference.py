@@ -121,6 +121,15 @@ def test_central_inference_refuses_what_it_cannot_do():
     assert Config(device="cpu", lstm=True, deterministic=True).for_observations((4, 84, 84)).inference == "actor"
 
 
+def test_actors_yield_the_cores_to_the_learner_unless_the_server_waits_on_them():
+    assert Config(device="cpu").for_observations((4,)).actor_nice == 10  # actor inference: the learner goes first
+    assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).actor_nice == 0  # auto chose central
+    assert Config(inference="central").for_observations((4,)).actor_nice == 0
+    assert Config(inference="central", actor_nice=5).for_observations((4,)).actor_nice == 5  # a flag given is kept
+    with pytest.raises(ConfigError, match="--actor-nice is 20: use a niceness from 0"):
+        Config(actor_nice=20)
+
+
 def test_a_killed_actor_is_replaced_and_the_server_does_not_wait_for_it():
     cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4, inference="central", inference_max_wait_ms=5.0).for_observations((4,))
     spec = probe(cfg.env, cfg)

@@ -1,8 +1,8 @@
 """Evaluation during training: one spawned process plays the greedy policy of checkpoints it is handed.
 
 It runs `pronghorn evaluate`'s code (`evaluate.evaluate`) on the checkpoint the learner just wrote, at a
-lower CPU priority (nice 10) and with one torch thread, so on a busy machine it takes what the learner and
-actors leave. One evaluation is in flight at a time: a request made while one runs is refused and the
+lower CPU priority than the actors (`EVAL_NICE_BELOW_ACTORS` further) and with one torch thread, so on a
+busy machine it takes what the learner and actors leave. One evaluation is in flight at a time: a request made while one runs is refused and the
 caller logs the skip (queuing them would let evaluations fall ever further behind training).
 
 Requests and results travel over one pipe, not multiprocessing queues: a queue holds named semaphores
@@ -17,9 +17,14 @@ import signal
 from typing import Any
 
 from pronghorn.logs import Evaluation
+from pronghorn.runtime.tuning import lower_priority
+
+# The actors run --actor-nice below the learner; evaluation goes 10 further (19 at most), so it weighs
+# against an actor about as an actor weighs against the learner.
+EVAL_NICE_BELOW_ACTORS = 10
 
 
-def _serve(logdir: str, episodes: int, video: bool, seed: int, conn: Any) -> None:
+def _serve(logdir: str, episodes: int, video: bool, seed: int, nice: int, conn: Any) -> None:
     from pronghorn.runtime.local import die_with_parent
 
     die_with_parent()
@@ -30,7 +35,7 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, conn: Any) -> Non
     except ImportError:
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop
-    os.nice(10)  # evaluation yields the cores to training
+    lower_priority(nice)  # evaluation yields the cores to training
     import torch
 
     torch.set_num_threads(1)
@@ -62,10 +67,11 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, conn: Any) -> Non
 class Evaluator:
     """The evaluation process and the pipe to it."""
 
-    def __init__(self, logdir: str, episodes: int, video: bool, seed: int):
+    def __init__(self, logdir: str, episodes: int, video: bool, seed: int, actor_nice: int = 10):
         ctx = mp.get_context("spawn")
         self._conn, theirs = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(target=_serve, args=(logdir, episodes, video, seed, theirs), daemon=True)
+        nice = min(19, actor_nice + EVAL_NICE_BELOW_ACTORS)
+        self._process = ctx.Process(target=_serve, args=(logdir, episodes, video, seed, nice, theirs), daemon=True)
         self._process.start()
         theirs.close()  # the child has its own copy: this end closed, its death reads as end of file here
         self.busy = False

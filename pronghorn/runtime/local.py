@@ -27,6 +27,7 @@ from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.inference import InferenceServer, SharedMailbox
 from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
+from pronghorn.runtime.tuning import lower_priority
 
 log = logging.getLogger("pronghorn.runtime")
 
@@ -55,6 +56,7 @@ def _actor_main(
     die_with_parent()
     if os.getppid() != parent:
         return  # the parent died before the death signal was armed
+    lower_priority(resolved(cfg.actor_nice, "actor_nice"))  # first: the threads started below inherit it
     level = actor_label(cfg, index)
     try:
         import setproctitle

@@ -99,7 +99,9 @@ class ActorHost:
 
     def _loop(self) -> None:
         from pronghorn.actor import run_actor
+        from pronghorn.runtime.tuning import lower_priority
 
+        lower_priority(resolved(self.cfg.actor_nice, "actor_nice"))  # this thread only: Ray's own threads keep their priority
         try:
             # It runs until Ray ends the actor's process (ray.kill at close, or the actor's death).
             run_actor(self.index, self.cfg, self.spec, list(self.slots), self._free, self._full, self.weights, self.counters, lambda: False)

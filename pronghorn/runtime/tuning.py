@@ -1,9 +1,10 @@
-"""Process-level settings for the learner (see shared MACHINE-FACTS: malloc page faults, threads)."""
+"""Process-level settings for the learner and actors (see shared MACHINE-FACTS: malloc page faults, threads)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -35,3 +36,18 @@ def tune_learner_process(title: str = "pronghorn-learner") -> None:
         setproctitle.setproctitle(title)
     except ImportError:
         pass
+
+
+def lower_priority(nice: int) -> None:
+    """Run this thread, and the threads it starts from now on, `nice` steps below the learner.
+
+    Every actor waits on the learner (for free slots), so on cores shared by both the learner should win:
+    with equal priority the scheduler gives each of 3 processes on 2 cores an equal share, the learner
+    falls behind, both actors wait for a free slot and a core goes idle. On Linux niceness is per thread,
+    so this is called before the actor starts any (envpool's, OpenCV's), which inherit it.
+    """
+    if nice > 0:
+        try:
+            os.nice(nice)
+        except OSError:  # raising niceness is always allowed on Linux; elsewhere, run as we are
+            pass

@@ -17,15 +17,19 @@ from tests.helpers import ENV, assert_no_leaks, read_csv, run_cli, train_command
 
 
 def test_killed_actor_is_replaced_and_its_slots_reclaimed():
-    cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4).for_observations((4,))
+    cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4, actor_nice=7).for_observations((4,))
+    below_us = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)  # the actors yield the cores to the learner (this process)
     spec = probe(cfg.env, cfg)
     agent = Agent(spec.obs_shape, spec.num_actions)
     rt = LocalRuntime(cfg, spec, sum(p.numel() for p in agent.parameters()), agent.core_size)
     try:
         rt.weights.publish(agent, 0)
         rt.start()
-        for _ in range(6):
+        served = 0
+        while served < 6 or min(rt.counters.row(i)[1] for i in range(2)) == 0:  # until both actors have made an unroll
             rt.router.put(rt.router.get(timeout=60))
+            served += 1
+        assert [psutil.Process(a.pid).nice() for a in rt.actors] == [below_us, below_us]
         victim = rt.actors[0].pid
         os.kill(victim, signal.SIGKILL)
         served = 0
@@ -36,6 +40,8 @@ def test_killed_actor_is_replaced_and_its_slots_reclaimed():
             rt.router.put(slot)
             served += 1
         assert rt.restarts == 1 and rt.actors[0].pid != victim and rt.actors[0].is_alive()
+        assert _actor_pids(os.getpid()) == [rt.actors[0].pid]  # its title is set after its niceness
+        assert psutil.Process(rt.actors[0].pid).nice() == below_us  # the replacement yields too
         assert rt.router.accounted() == rt.num_slots
         assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
     finally:
