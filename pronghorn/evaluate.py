@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pronghorn import checkpoint, suites
-from pronghorn.config import Config, ConfigError
+from pronghorn.config import Config, ConfigError, resolved
 from pronghorn.envs import probe
 from pronghorn.envs.batch import GymBatch
 from pronghorn.envs.single import make_single
@@ -152,7 +152,7 @@ class PeriodicEvaluation:
 
         self._every = cfg.eval_every
         self._levels = cfg.level_names
-        self._evaluator = Evaluator(logdir, cfg.eval_episodes, cfg.eval_video, seed=cfg.seed + 10_000, actor_nice=cfg.actor_nice or 0)
+        self._evaluator = Evaluator(logdir, cfg.eval_episodes, cfg.eval_video, seed=cfg.seed + 10_000, actor_nice=resolved(cfg.actor_nice, "actor_nice"))
         self.next_due = (frames // self._every + 1) * self._every
         self._unsent: int | None = None  # frames of a due evaluation skipped while another ran
         self._latest: Evaluation | None = None

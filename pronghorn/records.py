@@ -23,15 +23,14 @@ class EnvOutput(NamedTuple):
     """One step of E environments, as numpy arrays with leading dim E.
 
     Where an episode ended (terminated or truncated), `obs` is already the first observation of the next
-    episode. Where it was truncated, `final_obs` holds the last observation of the ended one (the learner
-    bootstraps a time limit from its value); elsewhere it may hold anything.
+    episode and `final_obs` holds the last observation of the ended one (needed to bootstrap a truncation).
     """
 
     obs: np.ndarray  # [E, *obs_shape]
     reward: np.ndarray  # [E] float32, raw (unclipped)
     terminated: np.ndarray  # [E] bool; with episodic life also set on a lost life
     truncated: np.ndarray  # [E] bool; time limit: the episode could have gone on
-    final_obs: np.ndarray  # [E, *obs_shape]; valid only where truncated
+    final_obs: np.ndarray  # [E, *obs_shape]; differs from obs only where truncated
     episode_end: np.ndarray  # [E] bool; a whole game ended (statistics below are valid)
     episode_return: np.ndarray  # [E] float32; raw score of the whole game (all lives)
     episode_frames: np.ndarray  # [E] int32; its length in environment frames

@@ -65,8 +65,7 @@ class VectorBatch:
             out.episode_return[ended] = returns[ended]
             out.episode_frames[ended] = self._env.steps[ended]  # the env counts its episode's steps (1 frame each)
             returns[ended] = 0.0
-            if time_limit.any():  # the learner bootstraps a time limit from V(final_obs); a termination needs none
-                out.final_obs[time_limit] = obs[time_limit]
+            out.final_obs[ended] = obs[ended]  # the learner bootstraps a time limit from V(final_obs)
             obs[ended] = self._reset_now(ended)
         return out._replace(obs=obs, reward=reward, terminated=terminated, truncated=time_limit, episode_end=done)
 

@@ -2,8 +2,8 @@
 
 It runs `pronghorn evaluate`'s code (`evaluate.evaluate`) on the checkpoint the learner just wrote, at a
 lower CPU priority than the actors (`EVAL_NICE_BELOW_ACTORS` further) and with one torch thread, so on a
-busy machine it takes what the learner and actors leave. One evaluation is in flight at a time: a request made while one runs is refused and the
-caller logs the skip (queuing them would let evaluations fall ever further behind training).
+busy machine it takes what the learner and actors leave. One evaluation is in flight at a time: a request
+made while one runs is refused and the caller logs the skip (queuing them would let evaluations fall ever further behind training).
 
 Requests and results travel over one pipe, not multiprocessing queues: a queue holds named semaphores
 in /dev/shm, and a SIGKILL of the whole process group (the resource tracker with it) leaves them there.
@@ -67,7 +67,7 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, nice: int, conn: 
 class Evaluator:
     """The evaluation process and the pipe to it."""
 
-    def __init__(self, logdir: str, episodes: int, video: bool, seed: int, actor_nice: int = 10):
+    def __init__(self, logdir: str, episodes: int, video: bool, seed: int, actor_nice: int):
         ctx = mp.get_context("spawn")
         self._conn, theirs = ctx.Pipe(duplex=True)
         nice = min(19, actor_nice + EVAL_NICE_BELOW_ACTORS)
