@@ -12,8 +12,8 @@ Factory reached.
 
 Settings (same network on both sides):
   cartpole  CartPole-v1, MLP 2 x 64, no RNN; 2 workers/actors; pronghorn with its defaults and with
-            64 envs per actor and batch 128, and 128 and 256 (the learning rate then decays over as many
-            updates as the defaults', by default).
+            32 envs per actor and batch 32, 64 and 128, and 128 and 256 (the learning rate then decays
+            over as many updates as the defaults', by default).
   pong      Pong, the Nature CNN (pronghorn --model nature; Sample Factory convnet_atari), no RNN,
             2 workers/actors x 8 envs (Sample Factory: 8 minibatches of 256 per rollout of 2,048 steps, as
             its sample/train ratio must be whole). Sample Factory plays PongNoFrameskip-v4 with its own wrappers,
@@ -45,6 +45,7 @@ SETTINGS = {
         sf=["-m", "sf_examples.train_gym_env", "--env", "CartPole-v1", "--encoder_mlp_layers", "64", "64", "--num_envs_per_worker", "16"],
         pronghorn={
             "defaults": ["--env", "CartPole-v1"],
+            "E=32 B=32": ["--env", "CartPole-v1", "--envs-per-actor", "32", "--batch-size", "32"],
             "E=64 B=128": ["--env", "CartPole-v1", "--envs-per-actor", "64", "--batch-size", "128"],
             "E=128 B=256": ["--env", "CartPole-v1", "--envs-per-actor", "128", "--batch-size", "256"],
         },

@@ -55,13 +55,14 @@ def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
 
 
 def cmd_train(argv: Sequence[str]) -> int:
+    cfg = parse_config(argv)  # before torch is imported: a bad flag is answered in a fraction of a second
+
     from pronghorn.checkpoint import CheckpointError
     from pronghorn.config import ConfigError
     from pronghorn.logs import LogWriteError
     from pronghorn.runtime import WorkerError, tune_learner_process
-    from pronghorn.train import NonFiniteError, train
+    from pronghorn.training import NonFiniteError, train
 
-    cfg = parse_config(argv)
     tune_learner_process()
     # SIGTERM (a scheduler, `kill`) stops training like Ctrl-C: checkpoint, stop actors, exit.
     signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -87,8 +88,6 @@ def cmd_train(argv: Sequence[str]) -> int:
 
 
 def cmd_plot(argv: Sequence[str]) -> int:
-    from pronghorn.plot import plot_runs
-
     parser = _argparser("pronghorn plot", "Plot episode return against frames; runs sharing a folder name become a mean with a band.")
     parser.add_argument("runs", nargs="+", help="run folders (each with an episodes.csv)")
     parser.add_argument("-o", "--output", default="curves.png", help="PNG file to write")
@@ -100,6 +99,8 @@ def cmd_plot(argv: Sequence[str]) -> int:
         help="published curves to draw dashed beside the runs: columns level,label,frames,return (e.g. benchmarks/published/dopamine_atari.csv)",
     )
     args = parser.parse_args(argv)
+    from pronghorn.plot import plot_runs  # matplotlib: after the flags are checked
+
     try:
         print(plot_runs(args.runs, args.output, args.x, args.window, reference=args.reference))
     except (FileNotFoundError, ValueError) as exc:
@@ -122,7 +123,6 @@ def cmd_evaluate(argv: Sequence[str]) -> int:
     import json
 
     from pronghorn.config import ConfigError
-    from pronghorn.evaluate import evaluate
 
     parser = _argparser("pronghorn evaluate", "Play a trained agent and print a JSON summary per level.")
     parser.add_argument("--logdir", required=True, help="the run folder (its config.json says what to build)")
@@ -132,6 +132,8 @@ def cmd_evaluate(argv: Sequence[str]) -> int:
     parser.add_argument("--video", help="write an MP4 of the first game here")
     parser.add_argument("--seed", type=int, default=10_000, help="environment seed of the first evaluation env")
     args = parser.parse_args(argv)
+    from pronghorn.evaluate import evaluate  # torch: after the flags are checked
+
     try:
         summary = evaluate(args.logdir, args.checkpoint, args.episodes, args.greedy, args.video, args.seed)
     except ConfigError as exc:
@@ -141,11 +143,11 @@ def cmd_evaluate(argv: Sequence[str]) -> int:
 
 
 def cmd_status(argv: Sequence[str]) -> int:
-    from pronghorn.status import run_status
-
     parser = _argparser("pronghorn status", "Where a run stands: frames, fps, last checkpoint, recent returns.")
     parser.add_argument("logdir")
     args = parser.parse_args(argv)
+    from pronghorn.status import run_status
+
     try:
         print(run_status(args.logdir))
     except FileNotFoundError as exc:

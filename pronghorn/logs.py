@@ -13,6 +13,7 @@ import io
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, TextIO
@@ -142,10 +143,27 @@ class CSVSink:
 _EPISODE_POINT_S = 0.5  # the least wall time between two TensorBoard episode points of a level
 
 
+def _quiet_tensorboard_writer_errors() -> None:
+    """TensorBoard's writer thread keeps a failed write (logdir removed, disk full) for the sink's next call
+    to raise in the learner, where Logger reports it in one line, and then re-raises it in the thread,
+    whose traceback would be printed above that line: drop that traceback, pass every other one on."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (issubclass(args.exc_type, OSError) and type(args.thread).__module__.startswith("tensorboard.")):
+            previous(args)
+
+    hook.quiets_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class TensorBoardSink:
     def __init__(self, logdir: str, resume_frames: int = 0):
         from torch.utils.tensorboard import SummaryWriter
 
+        _quiet_tensorboard_writer_errors()
         # On resume, purge events logged after the checkpoint so the timeline stays one line.
         self._writer = SummaryWriter(log_dir=logdir, flush_secs=30, purge_step=resume_frames or None)
         self._pending: dict[str, list[float]] = {}  # per level: games ended since the last episode point

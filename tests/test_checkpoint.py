@@ -274,5 +274,6 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
     # Depending on where the removal meets the run (rmtree deletes the files before the folder), the one
     # line says the logdir was removed or names the checkpoint folder that could not be written.
     assert proc.returncode == 1 and last.startswith("pronghorn: error: training stopped: "), err[-2000:]
+    assert "Traceback" not in err, err[-2000:]  # TensorBoard's writer thread fails too: quietly, the line above says it
     assert "was removed while training" in last or ("could not write" in last and "No such file or directory" in last), last
     assert_no_leaks(owners=(proc.pid,))

@@ -15,7 +15,7 @@ from pronghorn.models import Agent
 from pronghorn.records import Unroll, unroll_spec
 from pronghorn.replay import ReplayRing, build_ring, column_bytes, unroll_priorities
 from pronghorn.staging import Staging
-from pronghorn.train import finished_episodes
+from pronghorn.training import finished_episodes
 from tests.helpers import assert_no_leaks, read_csv, run_cli, synthetic_batches
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -129,6 +130,26 @@ def test_bad_input_exits_2_with_one_line(args, expected):
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("pronghorn: error:") and expected in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_help_and_bad_flags_are_answered_before_torch_is_imported():
+    # torch takes about 2 s to import: `--help` and a refused flag should not wait for it.
+    code = (
+        "import sys\n"
+        "from pronghorn.cli import main\n"
+        "for argv in (['train', '--num-actors', '0'], ['train', '--help'], ['evaluate'], ['plot'], ['status']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exc:\n"
+        "        print(exc.code, 'torch' in sys.modules, file=sys.stderr)\n"
+        "import pronghorn\n"
+        "print(pronghorn.train.__module__, pronghorn.TrainResult.__name__, 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
+    answers = [line for line in proc.stderr.splitlines() if not line.startswith("pronghorn")]
+    assert answers == ["2 False", "0 False", "2 False", "2 False", "2 False"], proc.stderr
+    # The package's train and TrainResult are still there, loaded on first use.
+    assert proc.stderr.splitlines()[-1] == "pronghorn.training TrainResult True", proc.stderr
 
 
 def test_help_documents_every_flag():

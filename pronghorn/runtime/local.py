@@ -159,7 +159,7 @@ class LocalRuntime:
         self._restart_times: list[collections.deque[float]] = [collections.deque() for _ in range(cfg.num_actors)]
 
     def start(self) -> None:
-        """Start the actors; call after the first weights are published."""
+        """Start the actors (and the inference server): they wait for the first weights to be published."""
         if self.server is not None:
             self.server.start()
         for i in range(self.cfg.num_actors):
@@ -268,6 +268,8 @@ class LocalRuntime:
         """Stop and reap every actor, then free every shared segment. Safe to call twice."""
         self._stop.value = 1
         actors = [p for p in self.actors if p is not None]
+        if actors and not self._released and self.weights.version < 0:
+            timeout = 0.0  # the start failed before the first weights: the actors have nothing to finish (and wait for those)
         deadline = time.monotonic() + timeout
         for p in actors:
             p.join(max(0.0, deadline - time.monotonic()))

@@ -304,6 +304,8 @@ class RayRuntime:
             self.store_mib = self.store_used_mib = float("nan")
 
     def _submit(self) -> None:
+        if self.weights.version < 0:
+            return  # the learner publishes its first weights after start(): a request needs them to act with
         per_actor = collections.Counter(a for a, _ in self._in_flight.values())
         now = time.monotonic()
         for i, actor in enumerate(self.actors):

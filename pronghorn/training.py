@@ -13,24 +13,27 @@ import os
 import random
 import shutil
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from pronghorn import checkpoint
 from pronghorn.config import Config, ConfigError
-from pronghorn.envs import probe_levels
+from pronghorn.envs import EnvSpec, probe_levels
 from pronghorn.evaluate import PeriodicEvaluation
 from pronghorn.learner import Learner
 from pronghorn.logs import Episode, standard_logger, trim_csv
-from pronghorn.models import build_agent
+from pronghorn.models import Agent, build_agent
 from pronghorn.plot import write_curve
 from pronghorn.records import Unroll
-from pronghorn.replay import build_ring, unroll_priorities
+from pronghorn.replay import ReplayRing, build_ring, unroll_priorities
 from pronghorn.runtime import LocalRuntime
 from pronghorn.staging import Staging
 from pronghorn.stats import LevelStats
+
+if TYPE_CHECKING:
+    from pronghorn.runtime.ray_runtime import RayRuntime
 
 log = logging.getLogger("pronghorn")
 
@@ -157,23 +160,26 @@ def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
 
 
-def train(cfg: Config) -> TrainResult:
-    """Train until --total-frames (or the return target); returns where everything went."""
-    spec = probe_levels(cfg)
-    cfg = cfg.for_observations(spec.obs_shape)
-    logdir, resumed_from, saved = prepare_logdir(cfg)
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.set_num_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
-    torch.use_deterministic_algorithms(cfg.deterministic)
-    device = resolve_device(cfg.device)
+def _start_runtime(cfg: Config, spec: EnvSpec, num_params: int, core_size: int, device: torch.device) -> LocalRuntime | RayRuntime:
+    """The actors' runtime, started: the actors wait for the first weights the learner publishes."""
+    runtime: LocalRuntime | RayRuntime
+    if cfg.runtime == "ray":
+        from pronghorn.runtime.ray_runtime import RayRuntime
+
+        runtime = RayRuntime(cfg, spec, num_params, core_size)
+    else:
+        runtime = LocalRuntime(cfg, spec, num_params, core_size, device)
     try:
-        agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
-    except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash
-        raise ConfigError(str(exc)) from None
+        runtime.start()
+    except BaseException:
+        runtime.close()
+        raise
+    return runtime
+
+
+def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None, resumed_from: str | None) -> Learner:
+    """The learner over `agent`, restored from `saved` when resuming."""
     learner = Learner(cfg, agent, spec.frames_per_step)
-    stats = LevelStats(cfg.level_names, saved["stats"] if saved else None)
     if saved is not None:
         try:
             learner.load_state_dict(saved["learner"])
@@ -183,7 +189,12 @@ def train(cfg: Config) -> TrainResult:
             raise ConfigError(f"checkpoint {resumed_from} does not fit this agent ({detail}): use the run's flags or --restart") from None
         _set_rng_state(saved["rng"])
         log.info("resumed from %s at %d frames, learner step %d", resumed_from, learner.frames, learner.steps)
-    ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
+    return learner
+
+
+def _build_ring(cfg: Config, spec: EnvSpec, core_size: int, saved: dict | None, resumed_from: str | None) -> ReplayRing | None:
+    """The replay ring (None without replay), restored from `saved` when the run checkpoints it."""
+    ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
     if ring is not None:
         log.info(
             "replay: %d of every %d unrolls from a ring of %s unrolls (%s MiB)",
@@ -200,8 +211,45 @@ def train(cfg: Config) -> TrainResult:
             except ValueError as exc:
                 raise ConfigError(f"checkpoint {resumed_from}: {exc}; use the run's flags or --restart") from None
             log.info("replay ring restored: %s unrolls", f"{ring.size:,}")
-    target = cfg.stop_at_return if cfg.stop_at_return is not None else spec.reward_threshold
+    return ring
+
+
+def train(cfg: Config) -> TrainResult:
+    """Train until --total-frames (or the return target); returns where everything went."""
+    spec = probe_levels(cfg)
+    cfg = cfg.for_observations(spec.obs_shape)
+    logdir, resumed_from, saved = prepare_logdir(cfg)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.set_num_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
+    if cfg.deterministic or torch.are_deterministic_algorithms_enabled():
+        # Only when it changes something: the call imports torch._dynamo, about 2 s of every start-up.
+        torch.use_deterministic_algorithms(cfg.deterministic)
+    device = resolve_device(cfg.device)
+    try:
+        agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
+    except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash
+        raise ConfigError(str(exc)) from None
+    stats = LevelStats(cfg.level_names, saved["stats"] if saved else None)
     num_params = sum(p.numel() for p in agent.parameters())
+    actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
+    ring = _build_ring(cfg, spec, agent.core_size, saved, resumed_from)  # refused sizes stop here, before any actor starts
+    runtime = _start_runtime(actor_cfg, spec, num_params, agent.core_size, device)
+    try:
+        # While the actors import torch and make their environments (seconds), the learner is built: its
+        # optimizer alone imports torch._dynamo, about 2 s. The actors wait for the weights published below.
+        learner = _build_learner(cfg, agent, spec, saved, resumed_from)
+        extra_sinks = []
+        if cfg.wandb:
+            from pronghorn.wandb_sink import WandbSink
+
+            extra_sinks.append(WandbSink(cfg, logdir))
+        logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, stats.recent_returns(), extra_sinks)
+    except BaseException:
+        runtime.close()  # no actor or segment outlives a failed start
+        raise
+    target = cfg.stop_at_return if cfg.stop_at_return is not None else spec.reward_threshold
 
     def save() -> str:
         state: dict[str, Any] = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
@@ -209,19 +257,6 @@ def train(cfg: Config) -> TrainResult:
             state["replay"] = staging.replay_state()
         return checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
 
-    actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
-    if cfg.runtime == "ray":
-        from pronghorn.runtime.ray_runtime import RayRuntime
-
-        runtime: LocalRuntime | RayRuntime = RayRuntime(actor_cfg, spec, num_params, agent.core_size)
-    else:
-        runtime = LocalRuntime(actor_cfg, spec, num_params, agent.core_size, device)
-    extra_sinks = []
-    if cfg.wandb:
-        from pronghorn.wandb_sink import WandbSink
-
-        extra_sinks.append(WandbSink(cfg, logdir))
-    logger = standard_logger(logdir, cfg.total_frames, cfg.progress, learner.frames, stats.recent_returns(), extra_sinks)
     staging: Staging | None = None
     evaluation: PeriodicEvaluation | None = None
     solved = interrupted = False
@@ -229,8 +264,7 @@ def train(cfg: Config) -> TrainResult:
     final_error: Exception | None = None
     start = time.time()
     try:
-        runtime.weights.publish(agent, learner.steps)  # actors start from the current weights
-        runtime.start()
+        runtime.weights.publish(agent, learner.steps)  # actors start from the current (resumed) weights
         if cfg.eval_every:
             evaluation = PeriodicEvaluation(cfg, logdir, learner.frames)
         staging = Staging(
