@@ -160,21 +160,13 @@ def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
 
 
-def _start_runtime(cfg: Config, spec: EnvSpec, num_params: int, core_size: int, device: torch.device) -> LocalRuntime | RayRuntime:
-    """The actors' runtime, started: the actors wait for the first weights the learner publishes."""
-    runtime: LocalRuntime | RayRuntime
+def _make_runtime(cfg: Config, spec: EnvSpec, num_params: int, core_size: int, device: torch.device) -> LocalRuntime | RayRuntime:
+    """The actors' runtime, not yet started (start() spawns the actors; they wait for the first weights)."""
     if cfg.runtime == "ray":
         from pronghorn.runtime.ray_runtime import RayRuntime
 
-        runtime = RayRuntime(cfg, spec, num_params, core_size)
-    else:
-        runtime = LocalRuntime(cfg, spec, num_params, core_size, device)
-    try:
-        runtime.start()
-    except BaseException:
-        runtime.close()
-        raise
-    return runtime
+        return RayRuntime(cfg, spec, num_params, core_size)
+    return LocalRuntime(cfg, spec, num_params, core_size, device)
 
 
 def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None, resumed_from: str | None) -> Learner:
@@ -235,8 +227,9 @@ def train(cfg: Config) -> TrainResult:
     num_params = sum(p.numel() for p in agent.parameters())
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
     ring = _build_ring(cfg, spec, agent.core_size, saved, resumed_from)  # refused sizes stop here, before any actor starts
-    runtime = _start_runtime(actor_cfg, spec, num_params, agent.core_size, device)
+    runtime = _make_runtime(actor_cfg, spec, num_params, agent.core_size, device)
     try:
+        runtime.start()
         # While the actors import torch and make their environments (seconds), the learner is built: its
         # optimizer alone imports torch._dynamo, about 2 s. The actors wait for the weights published below.
         learner = _build_learner(cfg, agent, spec, saved, resumed_from)
