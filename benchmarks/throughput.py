@@ -17,8 +17,9 @@ down over the minutes of one setting moves both sides of the ratio alike (the tw
   .venv/bin/python benchmarks/throughput.py --runtime ray --only cartpole-e32 --only pong-envpool
 
 With --inference both each setting is also trained with the other inference mode (actor / central) and
-both are printed with their ratio. Settings named "-best" are the fastest configuration found for the
-env (more envs per actor, larger batches); the others are pronghorn's defaults.
+both are printed with their ratio. Settings named "-best" are the configuration found closest to its limit for the env (more envs per
+actor, larger batches; for CartPole one actor process, so two processes share two cores with neither
+time-sliced); the others are pronghorn's defaults.
 
 With --runtime ray it also trains each setting on Ray, on a private one-node instance and on a simulated
 two-node cluster (ray.cluster_utils, one CPU per node), and prints frames/s, mean policy lag and the
@@ -58,8 +59,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, Gymnasium's vector CartPole (chosen for learning speed too)
     "cartpole-e32": dict(env="CartPole-v1", envs_per_actor=32),  # more envs per actor amortise per-step glue
     "cartpole-e64": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
-    "cartpole-best": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),
+    "cartpole-2x128": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),  # the fastest with two actors
     "cartpole-e256": dict(env="CartPole-v1", envs_per_actor=256, batch_size=512),
+    # One actor: two processes on two cores, none time-sliced; at E=512 the actor and the learner take about a core each.
+    "cartpole-best": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512),
+    "cartpole-1x768": dict(env="CartPole-v1", num_actors=1, envs_per_actor=768, batch_size=768),  # faster, but the learner's core is the bottleneck
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
@@ -202,7 +206,7 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SETTINGS), action="append")
     parser.add_argument("--seconds", type=float, default=8.0, help="minimum seconds per component measurement")
     parser.add_argument("--e2e-seconds", type=float, default=45.0, help="approximate length of each end-to-end run")
-    parser.add_argument("--num-actors", type=int, default=2)
+    parser.add_argument("--num-actors", type=int, default=2, help="actor processes, where a setting does not name its own")
     parser.add_argument("--deterministic-cost", action="store_true", help="also run end to end with --deterministic and print its fps / normal fps")
     parser.add_argument("--runtime", choices=("local", "ray"), default="local", help="ray: also compare the Ray runtime (1 node, 2 simulated nodes)")
     parser.add_argument("--inference", choices=("default", "both"), default="default", help="both: train each setting with actor and with central inference")
@@ -213,7 +217,9 @@ def main() -> None:
     cores = os.cpu_count() or 1
     tune_malloc()  # the learner process does the same
     torch.set_num_threads(1)
-    print(f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes; component costs on one thread\n")
+    print(
+        f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes (A=, unless a setting names its own); component costs on one thread\n"
+    )
     table = [
         "| setting | env (fastest stepper) | inference | learner (µs/frame) | limit (fps) | pronghorn (fps) | ratio |"
         + (" other inference (fps, ratio) |" if args.inference == "both" else ""),
@@ -223,7 +229,7 @@ def main() -> None:
     def setting(name: str, **changes: Any) -> Config:
         # Built from the setting each time, not replaced in a resolved Config: defaults that follow a
         # changed flag (--actor-nice follows --inference) are filled in again.
-        cfg = Config(num_actors=args.num_actors, **{**SETTINGS[name], **changes})
+        cfg = Config(**{"num_actors": args.num_actors, **SETTINGS[name], **changes})
         return cfg.for_observations(probe(cfg.env, cfg).obs_shape)
 
     for name in args.only or DEFAULT_SETTINGS:
@@ -236,7 +242,7 @@ def main() -> None:
         costs = {k: (before[k] + after[k]) / 2 for k in before}
         limit = cores / sum(costs.values())
         limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
-        shape = f"E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
+        shape = f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
         line = (
             f"{name:22s} {shape} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())

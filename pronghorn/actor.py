@@ -17,7 +17,7 @@ import torch
 from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec, make_batched
 from pronghorn.losses import clip_rewards
-from pronghorn.models import build_agent
+from pronghorn.models import act, build_agent
 from pronghorn.records import PolicyAnswer, Unroll
 
 log = logging.getLogger("pronghorn.actor")
@@ -98,40 +98,31 @@ class LocalPolicy:
         self.version = weights.load_into(self.agent, cfg.timeout)
         self.core = self.agent.initial_state(cfg.envs)  # the state after the last observation answered
         self._level = torch.as_tensor(levels, dtype=torch.int64)  # [E]: selects each env's PopArt statistics
-        self._no_reward, self._no_done = torch.zeros(1, cfg.envs), torch.zeros(1, cfg.envs, dtype=torch.bool)
         # Actor i samples from its own generator (seed + i), as the inference server does for it: the same
         # weights and observations give the same actions in both modes.
         self._generator = torch.Generator().manual_seed(cfg.seed + index)
 
     @torch.inference_mode()  # lighter than no_grad per call: no version counters or views tracked
     def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer:
-        truncation_value = self._truncation_values(env_out, last_action)
         obs = torch.from_numpy(env_out.obs)
         uniform = torch.rand(self.cfg.envs, 1, generator=self._generator)
+        reward = done = None  # only the LSTM core reads them; building them is measurable per step
         if self.agent.use_lstm:
             done = torch.from_numpy(env_out.terminated | env_out.truncated)
             reward = clip_rewards(torch.from_numpy(env_out.reward), self.cfg.reward_clipping)
-            out, core = self.agent(obs[None], last_action[None], reward[None], done[None], self.core, level=self._level, uniform=uniform)
-        else:  # only the LSTM core reads reward and done; skipping them is measurable per step
-            out, core = self.agent(obs[None], last_action[None], self._no_reward, self._no_done, self.core, level=self._level, uniform=uniform)
+        cut = final_obs = None
+        truncation_value = np.zeros(self.cfg.envs, np.float32)
+        if env_out.truncated.any():
+            # A time limit cut these episodes at final_obs: the learner bootstraps from V(final_obs), which
+            # `act` computes in the same pass, with the core state from before the reset (gone after it).
+            rows = np.flatnonzero(env_out.truncated)
+            cut, final_obs = torch.from_numpy(rows), torch.from_numpy(env_out.final_obs[rows])
+        out, core, values = act(self.agent, obs, last_action, reward, done, self.core, self._level, uniform, cut, final_obs)
+        if values is not None:
+            truncation_value[env_out.truncated] = values.numpy()
         # obs[t] was reached by action[t-1]; the agent answered it from the core state after obs[t-1].
         core_before, self.core = self.core, core
         return PolicyAnswer(out.action[0], out.policy_logits[0], core_before, truncation_value, self.version)
-
-    def _truncation_values(self, env_out, last_action: torch.Tensor) -> np.ndarray:
-        # A time limit cut the episode at final_obs: the learner bootstraps the step from V(final_obs),
-        # computed here with the core state the agent had before the reset (it is gone after it).
-        values = np.zeros(self.cfg.envs, np.float32)
-        if not env_out.truncated.any():
-            return values
-        idx = np.flatnonzero(env_out.truncated)
-        sel = torch.from_numpy(idx)
-        obs = torch.from_numpy(env_out.final_obs[idx])
-        reward = clip_rewards(torch.from_numpy(env_out.reward[idx]), self.cfg.reward_clipping)
-        no_done = torch.zeros(1, idx.size, dtype=torch.bool)
-        out, _ = self.agent(obs[None], last_action[sel][None], reward[None], no_done, self.core[:, sel], level=self._level[sel])
-        values[idx] = out.baseline[0].numpy()
-        return values
 
     def refresh(self) -> None:
         if self.weights.version != self.version:

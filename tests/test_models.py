@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from pronghorn.models import Agent
+from pronghorn.models import Agent, act
 
 
 @pytest.mark.parametrize("model,shape", [("mlp", (4,)), ("shallow", (4, 84, 84)), ("deep", (4, 84, 84))])
@@ -112,3 +112,31 @@ def test_the_command_line_refuses_a_model_that_does_not_fit_with_exit_2(tmp_path
     lines = err.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err, err
     assert_no_leaks(owners=(proc.pid,))
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["mlp", "lstm"])
+def test_act_bootstraps_cut_rows_in_the_same_pass_as_two_separate_passes_would(lstm):
+    torch.manual_seed(0)
+    agent = Agent((4,), 3, lstm=lstm, popart_levels=2)
+    B = 5
+    obs, final_obs = torch.randn(B, 4), torch.randn(2, 4)
+    last_action, reward = torch.randint(0, 3, (B,)), torch.randn(B)
+    done = torch.tensor([False, True, False, True, False])  # rows 1 and 3: a time limit, obs is the next episode's first
+    core = torch.randn(2, B, max(1, agent.core_size))
+    level, uniform = torch.tensor([0, 1, 0, 1, 1]), torch.rand(B, 1)
+    cut = torch.tensor([1, 3])
+    r, d = (reward, done) if lstm else (None, None)
+
+    out, new_core, values = act(agent, obs, last_action, r, d, core, level, uniform, cut, final_obs)
+
+    alone, alone_core = agent(obs[None], last_action[None], reward[None], done[None], core, level=level, uniform=uniform)
+    assert torch.equal(out.action, alone.action)  # the B rows drew what they would without the extra rows
+    torch.testing.assert_close(out.policy_logits, alone.policy_logits)
+    torch.testing.assert_close(new_core, alone_core)
+    # V(final_obs): the core state from before the reset, the same last action and reward, no episode start.
+    cut_out, _ = agent(final_obs[None], last_action[cut][None], reward[cut][None], torch.zeros(1, 2, dtype=torch.bool), core[:, cut], level=level[cut])
+    torch.testing.assert_close(values, cut_out.baseline[0])
+    if lstm:  # the extra rows matter: started afresh, the same final_obs would be valued otherwise
+        fresh, _ = agent(final_obs[None], last_action[cut][None], reward[cut][None], torch.ones(1, 2, dtype=torch.bool), core[:, cut], level=level[cut])
+        assert not torch.allclose(values, fresh.baseline[0])
+    assert act(agent, obs, last_action, r, d, core, level, uniform)[2] is None  # nothing cut: no values

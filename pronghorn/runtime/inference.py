@@ -28,7 +28,7 @@ from pronghorn.actor import WeightSource, env_levels
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec
 from pronghorn.losses import clip_rewards
-from pronghorn.models import build_agent
+from pronghorn.models import act, build_agent
 from pronghorn.records import PolicyAnswer
 from pronghorn.runtime.shm import SegmentHandle, _Segment
 
@@ -246,17 +246,17 @@ class InferenceServer:
         reward = clip_rewards(rows(box.reward), self.cfg.reward_clipping)
         level = self.levels[sel].reshape(b).to(dev)
         core = self.core[:, sel].reshape(2, b, -1)
-        values = torch.zeros(b)
-        if box.truncated[ids].any():
-            # V(final_obs) with the core state from before the reset, as the actor's own agent would.
-            idx = torch.nonzero(truncated).squeeze(1)
-            final_obs = rows(box.final_obs)[idx]
-            no_done = torch.zeros(1, idx.numel(), dtype=torch.bool, device=dev)
-            out, _ = self.agent(final_obs[None], last_action[idx][None], reward[idx][None], no_done, core[:, idx], level=level[idx])
-            values[idx.cpu()] = out.baseline[0].float().cpu()
         uniform = torch.cat([torch.rand(e, 1, generator=self.generators[i]) for i in ids]).to(dev)
         done = terminated | truncated
-        out, new_core = self.agent(obs[None], last_action[None], reward[None], done[None], core, level=level, uniform=uniform)
+        cut = final_obs = None
+        if box.truncated[ids].any():
+            # V(final_obs) in the same pass, with the core state from before the reset, as the actor's own agent does.
+            cut = torch.nonzero(truncated).squeeze(1)
+            final_obs = rows(box.final_obs)[cut]
+        out, new_core, cut_values = act(self.agent, obs, last_action, reward, done, core, level, uniform, cut, final_obs)
+        values = torch.zeros(b)
+        if cut is not None and cut_values is not None:
+            values[cut.cpu()] = cut_values.float().cpu()
         self.core[:, sel] = new_core.view(2, n, e, -1)
         # The answers go back through shared memory: one copy to the host for the whole batch.
         box.action[ids] = out.action[0].cpu().view(n, e).numpy()
