@@ -6,7 +6,8 @@ Shapes: logits [T, B, A], actions/advantages/targets/values [T, B].
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from pronghorn.softmax import action_log_probs, log_softmax
 
 
 def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
@@ -23,8 +24,7 @@ def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
 
 def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
     """-sum log pi(a_t|x_t) * A_t; the advantages are constants."""
-    log_probs = -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none")
-    return -(log_probs.view_as(advantages) * advantages.detach()).sum()
+    return -(action_log_probs(logits, actions) * advantages.detach()).sum()
 
 
 def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -39,12 +39,12 @@ def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: torch.Te
 
 def behaviour_kl(behaviour_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
     """KL(mu || pi) per step [T, B] from logits [T, B, A]: how far the policy moved since it acted."""
-    log_mu = F.log_softmax(behaviour_logits, dim=-1)
-    log_pi = F.log_softmax(target_logits.detach(), dim=-1)
+    log_mu = log_softmax(behaviour_logits)
+    log_pi = log_softmax(target_logits.detach())
     return (log_mu.exp() * (log_mu - log_pi)).sum(-1)
 
 
 def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
     """sum pi log pi (the negative entropy): minimising it keeps the policy from collapsing early."""
-    log_pi = F.log_softmax(logits, dim=-1)
+    log_pi = log_softmax(logits)
     return (log_pi.exp() * log_pi).sum()

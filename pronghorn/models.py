@@ -14,6 +14,7 @@ from torch import nn
 from pronghorn.config import resolve_torso
 from pronghorn.popart import PopArtHead
 from pronghorn.records import AgentOutput
+from pronghorn.softmax import softmax
 
 
 class MLPTorso(nn.Module):
@@ -114,7 +115,7 @@ def sample_actions(logits: torch.Tensor, uniform: torch.Tensor | None = None) ->
     uniform: [N, 1] draws in [0, 1) to use (the inference server draws each actor's from its own
     generator); by default they come from torch's global generator.
     """
-    cdf = F.softmax(logits, dim=-1).cumsum(dim=-1)
+    cdf = softmax(logits).cumsum(dim=-1)
     if uniform is None:
         uniform = torch.rand(cdf.shape[0], 1, device=logits.device)
     u = uniform * cdf[:, -1:]

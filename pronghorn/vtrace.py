@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
+
+from pronghorn import softmax
 
 
 class VTraceReturns(NamedTuple):
@@ -35,7 +36,7 @@ class VTraceFromLogitsReturns(NamedTuple):
 
 def action_log_probs(policy_logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """log pi(a_t | x_t) for logits [T, B, A] and actions [T, B]."""
-    return -F.nll_loss(F.log_softmax(policy_logits.flatten(0, -2), dim=-1), actions.flatten(), reduction="none").view_as(actions)
+    return softmax.action_log_probs(policy_logits, actions)
 
 
 @torch.no_grad()
