@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from pronghorn import softmax
+from pronghorn.softmax import action_log_probs  # log pi(a_t | x_t) for logits [T, B, A] and actions [T, B]
 
 
 class VTraceReturns(NamedTuple):
@@ -32,11 +32,6 @@ class VTraceFromLogitsReturns(NamedTuple):
     log_rhos: torch.Tensor  # [T, B] log(pi(a_t) / mu(a_t))
     behaviour_action_log_probs: torch.Tensor
     target_action_log_probs: torch.Tensor
-
-
-def action_log_probs(policy_logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log pi(a_t | x_t) for logits [T, B, A] and actions [T, B]."""
-    return softmax.action_log_probs(policy_logits, actions)
 
 
 @torch.no_grad()
