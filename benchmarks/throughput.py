@@ -64,10 +64,19 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # One actor: two processes on two cores, none time-sliced; at E=512 the actor and the learner take about a core each.
     "cartpole-best": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512),
     "cartpole-1x768": dict(env="CartPole-v1", num_actors=1, envs_per_actor=768, batch_size=768),  # faster, but the learner's core is the bottleneck
+    # Around the best: longer unrolls, two unrolls per batch, fewer envs (README: "Why the ratio stays near 0.8").
+    "cartpole-1x512-t40": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, unroll_length=40),
+    "cartpole-1x512-b1024": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=1024),
+    "cartpole-1x256-b512": dict(env="CartPole-v1", num_actors=1, envs_per_actor=256, batch_size=512),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
+    "minatar-breakout-e64": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
+    "minatar-breakout-e64-b128": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=128),
+    "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
     "pong-envpool-best": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32),
+    "pong-envpool-e32-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=32, batch_size=64),
+    "pong-envpool-e16-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=64),
     "pong-gymnasium": dict(env="ALE/Pong-v5", env_backend="gymnasium", model="shallow"),
     "pong-lstm": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", lstm=True),
     "pong-deep": dict(env="ALE/Pong-v5", env_backend="envpool", model="deep"),
