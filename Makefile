@@ -28,10 +28,12 @@ train: $(STAMP)
 # The suite runs on one pytest worker per core (pytest-xdist): much of a test's wall time is process
 # start-up and waiting, which the other worker's test fills (here, 2 cores: 751 s on one worker, 579 s on
 # two). Leak checks see only their own worker's children and segments (segments are named by owner pid).
-# PYTEST_WORKERS=0 runs it in one process.
+# Tests marked `serial` assert a wall-clock bound (the inference server's gather wait, SIGTERM to a
+# checkpoint) that a second busy worker blurs: they run afterwards, alone. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not cluster and not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
 
 # The simulated two-node Ray cluster tests (tests/test_ray.py, marked `cluster`), one at a time: they share
 # one cluster and time how soon a lost actor comes back.

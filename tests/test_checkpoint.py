@@ -156,6 +156,7 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
     assert_no_leaks()
 
 
+@pytest.mark.serial  # a wall-clock bound
 def test_sigterm_checkpoints_and_exits_within_10_seconds(tmp_path):
     logdir = tmp_path / "terminated"
     proc = subprocess.Popen(

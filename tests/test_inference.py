@@ -130,6 +130,7 @@ def test_actors_yield_the_cores_to_the_learner_unless_the_server_waits_on_them()
         Config(actor_nice=20)
 
 
+@pytest.mark.serial  # the gather bound is wall-clock: another test's training on the same cores would blur it
 def test_a_killed_actor_is_replaced_and_the_server_does_not_wait_for_it():
     cfg = Config(num_actors=2, envs_per_actor=4, unroll_length=5, batch_size=4, inference="central", inference_max_wait_ms=5.0).for_observations((4,))
     spec = probe(cfg.env, cfg)
