@@ -119,7 +119,7 @@ class LocalPolicy:
             cut, final_obs = torch.from_numpy(rows), torch.from_numpy(env_out.final_obs[rows])
         out, core, values = act(self.agent, obs, last_action, reward, done, self.core, self._level, uniform, cut, final_obs)
         if values is not None:
-            truncation_value[env_out.truncated] = values.numpy()
+            truncation_value[rows] = values.numpy()  # act returns them in the order of `cut`
         # obs[t] was reached by action[t-1]; the agent answered it from the core state after obs[t-1].
         core_before, self.core = self.core, core
         return PolicyAnswer(out.action[0], out.policy_logits[0], core_before, truncation_value, self.version)

@@ -9,6 +9,8 @@ Below about 512 rows the plain call was as fast or faster, and other devices kee
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -19,20 +21,22 @@ def _across_rows(logits: torch.Tensor) -> bool:
     return logits.device.type == "cpu" and logits.numel() >= _MIN_ROWS * logits.shape[-1]
 
 
+def _over_actions(fn: Callable[..., torch.Tensor], logits: torch.Tensor) -> torch.Tensor:
+    """fn (F.softmax or F.log_softmax) over the last dimension of logits [..., A], across rows where that is faster."""
+    if not _across_rows(logits):
+        return fn(logits, dim=-1)
+    a = logits.shape[-1]
+    return fn(logits.reshape(-1, a).t(), dim=0).t().reshape(logits.shape)
+
+
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """log softmax over the last dimension of logits [..., A]; the same values as F.log_softmax(logits, -1)."""
-    if not _across_rows(logits):
-        return F.log_softmax(logits, dim=-1)
-    a = logits.shape[-1]
-    return F.log_softmax(logits.reshape(-1, a).t(), dim=0).t().reshape(logits.shape)
+    return _over_actions(F.log_softmax, logits)
 
 
 def softmax(logits: torch.Tensor) -> torch.Tensor:
     """softmax over the last dimension of logits [..., A]; the same values as F.softmax(logits, -1)."""
-    if not _across_rows(logits):
-        return F.softmax(logits, dim=-1)
-    a = logits.shape[-1]
-    return F.softmax(logits.reshape(-1, a).t(), dim=0).t().reshape(logits.shape)
+    return _over_actions(F.softmax, logits)
 
 
 def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
