@@ -73,15 +73,17 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-e64": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
     "minatar-breakout-e64-b128": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=128),
     "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
+    "pong": dict(env="ALE/Pong-v5", model="shallow"),  # the defaults: ale-py's vector env (--env-backend auto), 8 envs per actor
+    "pong-best": dict(env="ALE/Pong-v5", model="shallow", envs_per_actor=16, batch_size=32),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
     "pong-envpool-best": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32),
     "pong-envpool-e32-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=32, batch_size=64),
     "pong-envpool-e16-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=64),
     "pong-gymnasium": dict(env="ALE/Pong-v5", env_backend="gymnasium", model="shallow"),
-    "pong-lstm": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", lstm=True),
-    "pong-deep": dict(env="ALE/Pong-v5", env_backend="envpool", model="deep"),
+    "pong-lstm": dict(env="ALE/Pong-v5", model="shallow", lstm=True),
+    "pong-deep": dict(env="ALE/Pong-v5", model="deep"),
 }
-DEFAULT_SETTINGS = ["cartpole", "cartpole-best", "minatar-breakout", "minatar-breakout-best", "pong-envpool", "pong-envpool-best"]
+DEFAULT_SETTINGS = ["cartpole", "cartpole-best", "minatar-breakout", "minatar-breakout-best", "pong", "pong-best", "pong-envpool", "pong-envpool-best"]
 
 
 def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -> float:

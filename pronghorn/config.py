@@ -127,7 +127,7 @@ class Config:
     levels: str | None = None
     """Train one agent on many levels: comma-separated ids (ALE/Pong-v5,ALE/Breakout-v5) or a suite: atari57, atari5, minatar. Replaces --env. Actor i plays levels[i % L]; with fewer actors than levels, each actor's environments take turns over the levels."""
     env_backend: Literal["auto", "gymnasium", "envpool", "vector"] = "auto"
-    """How environments are stepped: `gymnasium` (any id, one Python env object each; Atari through ale-py), `envpool` (C++ batches without a per-env Python loop: Atari ids and the classic-control CartPole-v0/v1, Acrobot-v1, MountainCar-v0), `vector` (Gymnasium's numpy-vectorised CartPole-v0/v1 in the actor's own thread, cheapest for CartPole), or `auto`: vector for CartPole, envpool for Acrobot and MountainCar when envpool is installed, gymnasium for everything else."""
+    """How environments are stepped: `gymnasium` (any id, one Python env object each; Atari through ale-py), `envpool` (C++ batches without a per-env Python loop: Atari ids and the classic-control CartPole-v0/v1, Acrobot-v1, MountainCar-v0), `vector` (the env's own Gymnasium vector env: numpy-vectorised CartPole-v0/v1 in the actor's thread, or ale-py's C++ batch of Atari games, the same emulator and preprocessing as `gymnasium`), or `auto`: vector for CartPole and for Atari (an actor's environments all on one game), envpool for Acrobot and MountainCar when envpool is installed, gymnasium for everything else."""
     max_actor_restarts: int = 10
     """Stop training if one actor process dies more than this many times within a minute (a crash loop); below that each dead actor is replaced."""
     max_env_failures: int = 5
@@ -358,7 +358,7 @@ class Config:
 
     @property
     def backend(self) -> Literal["gymnasium", "envpool", "vector"]:
-        """The env backend actors use: --env-backend, with `auto` resolved (vector for CartPole, envpool for its other classic-control ids if installed)."""
+        """The env backend actors use: --env-backend, with `auto` resolved (see backend_for)."""
         return self.backend_for(self.level_names)
 
     def backend_for(self, levels: Sequence[str]) -> Literal["gymnasium", "envpool", "vector"]:
@@ -367,10 +367,19 @@ class Config:
             return self.env_backend
         import importlib.util
 
-        if len(set(levels)) == 1 and levels[0] in VECTOR_LEVELS:
+        if len(set(levels)) != 1:
+            return "gymnasium"  # only one Python env object per environment mixes levels in one actor
+        level = levels[0]
+        if level in VECTOR_LEVELS:
             return "vector"
+        if level.startswith("ALE/"):
+            from pronghorn.envs import ale_vector
+            from pronghorn.envs.single import uses_full_action_set
 
-        if len(set(levels)) == 1 and levels[0] in ENVPOOL_CLASSIC_CONTROL and importlib.util.find_spec("envpool") is not None:
+            # Skiing's legal set (9) is not the full 18 actions a multi-game agent shares: its actor steps it through ale-py's AtariEnv.
+            skiing = level == "ALE/Skiing-v5" and uses_full_action_set(self)
+            return "vector" if ale_vector.available() and not skiing else "gymnasium"
+        if level in ENVPOOL_CLASSIC_CONTROL and importlib.util.find_spec("envpool") is not None:
             return "envpool"
         return "gymnasium"
 

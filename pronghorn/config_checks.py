@@ -113,24 +113,39 @@ def check(cfg: Config) -> None:
                 level.startswith("ALE/") or level in ENVPOOL_CLASSIC_CONTROL,
                 f"--env-backend envpool serves Atari ids (ALE/<Game>-v5) and {', '.join(sorted(ENVPOOL_CLASSIC_CONTROL))}, not {level}: use --env-backend gymnasium",
             )
-        need(
-            len(cfg.level_names) == 1 or "ALE/Skiing-v5" not in cfg.level_names,
-            "--env-backend envpool cannot give ALE/Skiing-v5 the 18 actions the other levels share (its legal set has 9): use --env-backend gymnasium",
-        )
-        need(
-            cfg.num_actors >= len(cfg.level_names),
-            f"--env-backend envpool steps one level per actor, but {len(cfg.level_names)} levels need at least that many actors: "
-            f"use --num-actors {len(cfg.level_names)} or --env-backend gymnasium",
-        )
+        check_one_pool_per_actor(cfg)
     if cfg.env_backend == "vector":
+        atari = all(level.startswith("ALE/") for level in cfg.level_names)
         need(
-            len(cfg.level_names) == 1 and cfg.level_names[0] in VECTOR_LEVELS,
-            f"--env-backend vector steps Gymnasium's vector {' or '.join(sorted(VECTOR_LEVELS))}, not {','.join(cfg.level_names)}: use --env-backend auto",
+            atari or (len(cfg.level_names) == 1 and cfg.level_names[0] in VECTOR_LEVELS),
+            f"--env-backend vector steps Gymnasium's vector {' or '.join(sorted(VECTOR_LEVELS))} and Atari ids (ale-py's vector env), not {','.join(cfg.level_names)}: use --env-backend auto",
         )
+        if atari:
+            from pronghorn.envs import ale_vector
+
+            need(
+                ale_vector.available(),
+                "--env-backend vector for Atari needs ale-py's vector env (ale-py >= 0.11): upgrade ale-py or use --env-backend gymnasium",
+            )
+            check_one_pool_per_actor(cfg)
     if cfg.device == "cuda":
         import torch
 
         need(torch.cuda.is_available(), "--device cuda but PyTorch sees no CUDA device: use --device cpu or install a CUDA build of torch")
+
+
+def check_one_pool_per_actor(cfg: Config) -> None:
+    """envpool and ale-py's vector env step one level per actor, and give a game only its legal actions."""
+    flag = f"--env-backend {cfg.env_backend}"
+    need(
+        len(cfg.level_names) == 1 or "ALE/Skiing-v5" not in cfg.level_names,
+        f"{flag} cannot give ALE/Skiing-v5 the 18 actions the other levels share (its legal set has 9): use --env-backend gymnasium",
+    )
+    need(
+        cfg.num_actors >= len(cfg.level_names),
+        f"{flag} steps one level per actor, but {len(cfg.level_names)} levels need at least that many actors: "
+        f"use --num-actors {len(cfg.level_names)} or --env-backend gymnasium",
+    )
 
 
 def check_batch(cfg: Config) -> None:

@@ -52,7 +52,7 @@ def test_env_failure_is_recovered_and_counted():
     assert out.obs.shape == (2, 4)
 
 
-@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool", "vector"])
 def test_atari_backends_agree_on_shapes_dtypes_and_ranges(backend):
     cfg = Config(env="ALE/Pong-v5", env_backend=backend)
     spec = probe("ALE/Pong-v5", cfg)
@@ -86,9 +86,10 @@ def test_custom_factory_envs_are_validated_at_start_up():
         probe("no_such_module_xyz:make", Config())
 
 
-def test_envpool_takes_no_noops():
-    # envpool draws its no-op count from [0, noop_max - 1] and segfaults on 0; the backend passes +1.
-    cfg = Config(env="ALE/Pong-v5", env_backend="envpool", noop_max=0)
+@pytest.mark.parametrize("backend", ["envpool", "vector"])
+def test_c_plus_plus_atari_pools_take_no_noops(backend):
+    # envpool and ale-py's vector env draw the no-op count from [0, noop_max - 1] (envpool segfaults on 0): both backends pass +1.
+    cfg = Config(env="ALE/Pong-v5", env_backend=backend, noop_max=0)
     env = make_batched("ALE/Pong-v5", [0, 1], cfg)
     try:
         first = env.reset().obs.copy()
@@ -97,6 +98,49 @@ def test_envpool_takes_no_noops():
         assert np.array_equal(first[0], first[1])
     finally:
         env.close()
+
+
+def test_vector_atari_plays_the_gymnasium_path_s_games_frame_for_frame():
+    """ale-py's vector env (the auto backend for Atari) and one AtariEnv + AtariPreprocessing per env are the same
+    emulator and preprocessing: with the same seeds and actions, no sticky actions and no no-ops, every field of
+    every step agrees, through life losses (episodic life), game overs and the first stacks of the next games."""
+    assert Config(env="ALE/Breakout-v5").backend == "vector"
+    cfg = dict(env="ALE/Breakout-v5", noop_max=0, sticky_actions=0.0)
+    gym_env = make_batched("ALE/Breakout-v5", [3, 4], Config(**cfg, env_backend="gymnasium"))
+    vec_env = make_batched("ALE/Breakout-v5", [3, 4], Config(**cfg, env_backend="vector"))
+    try:
+        a, b = gym_env.reset(), vec_env.reset()
+        assert np.array_equal(a.obs, b.obs)
+        rng = np.random.default_rng(0)
+        games = lives_lost = 0
+        for t in range(1200):
+            actions = rng.integers(0, 4, size=2)
+            a, b = gym_env.step(actions), vec_env.step(actions)
+            for field in ("obs", "reward", "terminated", "truncated", "episode_end", "episode_return", "episode_frames"):
+                assert np.array_equal(getattr(a, field), getattr(b, field)), (t, field)
+            games += int(a.episode_end.sum())
+            lives_lost += int((a.terminated & ~a.episode_end).sum())
+        assert games >= 4 and lives_lost >= 10, (games, lives_lost)
+    finally:
+        gym_env.close()
+        vec_env.close()
+
+
+def test_vector_backend_choice_and_refusals():
+    assert Config(env="ALE/Pong-v5").backend == "vector"
+    suite = Config(levels="ALE/Pong-v5,ALE/Skiing-v5", num_actors=2)
+    # Skiing's legal set has 9 actions, not the 18 a multi-game agent shares: its actor steps ale-py's AtariEnv.
+    assert suite.backend_for(["ALE/Pong-v5"]) == "vector" and suite.backend_for(["ALE/Skiing-v5"]) == "gymnasium"
+    assert Config(levels="ALE/Pong-v5,ALE/Breakout-v5", num_actors=1).backend_for(["ALE/Pong-v5", "ALE/Breakout-v5"]) == "gymnasium"
+    with pytest.raises(ConfigError, match="--env-backend vector steps one level per actor, but 2 levels need at least that many actors"):
+        Config(levels="ALE/Pong-v5,ALE/Breakout-v5", num_actors=1, env_backend="vector")
+    with pytest.raises(ConfigError, match="--env-backend vector cannot give ALE/Skiing-v5"):
+        Config(levels="ALE/Pong-v5,ALE/Skiing-v5", num_actors=2, env_backend="vector")
+    for level in ("MinAtar/Breakout-v0", "Acrobot-v1"):
+        with pytest.raises(
+            ConfigError, match=f"--env-backend vector steps Gymnasium's vector CartPole-v0 or CartPole-v1 and Atari ids .*, not {level}: use --env-backend auto"
+        ):
+            Config(env=level, env_backend="vector")
 
 
 def test_batched_cartpole_backends_agree_on_same_step_reset_and_time_limits():
@@ -154,11 +198,6 @@ def test_vector_cartpole_resets_a_fallen_pole_in_the_same_step_and_moves_on_from
         assert falls * 8 < frames  # episodes last more than a handful of steps: none is skipped or doubled
     finally:
         env.close()
-
-
-def test_env_backend_vector_refuses_what_it_cannot_step():
-    with pytest.raises(ConfigError, match="--env-backend vector steps Gymnasium's vector CartPole-v0 or CartPole-v1, not Acrobot-v1"):
-        Config(env="Acrobot-v1", env_backend="vector")
 
 
 def test_envs_per_actor_defaults_by_observation_kind():

@@ -36,6 +36,11 @@ def make_batched(levels: str | Sequence[str], seeds: list[int], cfg: Config) -> 
     """E environments, env j of level levels[j] (or all of `levels`) seeded seeds[j], on the configured backend."""
     levels = [levels] * len(seeds) if isinstance(levels, str) else list(levels)
     backend = cfg.backend_for(levels)
+    if backend == "vector" and is_atari(levels[0]):
+        from pronghorn.envs.ale_vector import AtariVectorBatch
+
+        assert len(set(levels)) == 1, "ale-py's vector env steps one level per actor (Config refuses fewer actors than levels)"
+        return AtariVectorBatch(levels[0], seeds, cfg)
     if backend == "vector":
         from pronghorn.envs.vector import VectorBatch
 

@@ -31,7 +31,7 @@ class EnvpoolBatch:
         self._cfg = cfg
         self._atari = level.startswith("ALE/")
         self._pool = self._make(self._seed)
-        space = self._pool.observation_space
+        space = self._single_space()
         self._out = empty_output(self.num_envs, space.shape, space.dtype)
         self._stats = EpisodeTracker(self.num_envs, 4 if self._atari else 1, cfg.episodic_life and self._atari)
         self._no_lives = np.zeros(self.num_envs, np.int64)
@@ -64,11 +64,31 @@ class EnvpoolBatch:
             full_action_space=uses_full_action_set(self._cfg),
         )
 
+    def _single_space(self):
+        return self._pool.observation_space  # envpool's is one env's
+
     def _lives(self, info) -> np.ndarray:
         return info["lives"] if self._atari else self._no_lives
 
+    def _reset_pool(self) -> tuple[np.ndarray, dict]:
+        return self._pool.reset()  # seeded when the pool was made
+
+    def _step_pool(self, actions: np.ndarray):
+        return self._pool.step(actions)
+
+    def _last_obs(self, obs: np.ndarray, info: dict, done: np.ndarray) -> np.ndarray:
+        """The observations that ended the episodes of positions `done` (envpool returns them as obs)."""
+        return obs[done]
+
+    def _begin_next_episodes(self, done_ids: np.ndarray, done: np.ndarray, info: dict) -> None:
+        """envpool would reset these on the *next* step; resetting now gives same-step semantics."""
+        new_obs, new_info = self._pool.reset(done_ids.astype(np.int32))
+        self._out.obs[new_info["env_id"]] = new_obs
+        for j, lives in zip(new_info["env_id"], self._lives(new_info)):
+            self._stats.restart(j, lives)
+
     def reset(self) -> EnvOutput:
-        obs, info = self._pool.reset()
+        obs, info = self._reset_pool()
         out = self._out
         out.obs[info["env_id"]] = obs
         for j, lives in zip(info["env_id"], self._lives(info)):
@@ -80,7 +100,7 @@ class EnvpoolBatch:
     def step(self, actions: np.ndarray) -> EnvOutput:
         out, stats = self._out, self._stats
         try:
-            obs, reward, terminated, truncated, info = self._pool.step(actions.astype(np.int32, copy=False))
+            obs, reward, terminated, truncated, info = self._step_pool(actions.astype(np.int32, copy=False))
         except Exception as exc:  # the pool is recreated, its games abandoned
             self.failures += 1
             self._in_a_row += 1
@@ -114,12 +134,8 @@ class EnvpoolBatch:
             out.episode_end[done_ids] = True
             out.episode_return[done_ids] = stats.returns[done_ids]
             out.episode_frames[done_ids] = stats.frames[done_ids]
-            out.final_obs[done_ids] = obs[done]
-            # envpool would reset these on the *next* step; resetting now gives same-step semantics.
-            new_obs, new_info = self._pool.reset(done_ids.astype(np.int32))
-            out.obs[new_info["env_id"]] = new_obs
-            for j, lives in zip(new_info["env_id"], self._lives(new_info)):
-                stats.restart(j, lives)
+            out.final_obs[done_ids] = self._last_obs(obs, info, done)  # the learner bootstraps a time limit from V(final_obs)
+            self._begin_next_episodes(done_ids, done, info)
         return out
 
     def close(self) -> None:
