@@ -197,3 +197,17 @@ def test_a_custom_factory_env_trains_in_spawned_actors(tmp_path):
     rows = read_csv(tmp_path / "custom" / "episodes.csv")
     assert rows and rows[0]["level"] == "tests.flaky_env:make_cartpole"
     assert_no_leaks(owners=(proc.pid,))
+
+
+def test_atari_trains_end_to_end_on_ale_pys_vector_env(tmp_path):
+    """The default Atari path: ale-py's vector env in each actor, whole Breakout games in episodes.csv."""
+    cfg = pronghorn.Config(env="ALE/Breakout-v5", envs_per_actor=4, batch_size=8, total_frames=16_000, logdir=str(tmp_path / "atari"), progress=False)
+    assert cfg.backend == "vector"
+    result = pronghorn.train(cfg)
+    assert result.frames >= 16_000 and result.learner_steps >= 1
+    games = read_csv(tmp_path / "atari" / "episodes.csv")
+    # A random policy loses Breakout's 5 lives in a few hundred agent steps: games end, each a whole game of
+    # 4-frame steps (life losses end training episodes only).
+    assert len(games) >= 4 and all(r["level"] == "ALE/Breakout-v5" for r in games)
+    assert all(int(r["episode_frames"]) % 4 == 0 and int(r["episode_frames"]) >= 400 and float(r["episode_return"]) >= 0 for r in games), games
+    assert_no_leaks()
