@@ -125,7 +125,7 @@ def check(cfg: Config) -> None:
 
             need(
                 ale_vector.available(),
-                "--env-backend vector for Atari needs ale-py's vector env (ale-py >= 0.11): upgrade ale-py or use --env-backend gymnasium",
+                "--env-backend vector for Atari needs ale-py's vector env (ale_py.vector_env; tested with ale-py 0.12.1): upgrade ale-py or use --env-backend gymnasium",
             )
             check_one_pool_per_actor(cfg)
     if cfg.device == "cuda":

@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from pronghorn.config import Config
-from pronghorn.envs.envpool_batch import EnvpoolBatch
+from pronghorn.envs.envpool_batch import MAX_EPISODE_STEPS, EnvpoolBatch
 from pronghorn.envs.single import uses_full_action_set
 
 
 def available() -> bool:
-    """Whether this ale-py has the vector env (ale-py >= 0.11)."""
+    """Whether this ale-py has the vector env (`ale_py.vector_env`; tested with ale-py 0.12.1)."""
     try:
         from ale_py.vector_env import AtariVectorEnv  # noqa: F401
     except ImportError:
@@ -53,7 +53,7 @@ class AtariVectorBatch(EnvpoolBatch):
             episodic_life=False,  # life loss is handled by EpisodeTracker from info["lives"], as on the other backends
             reward_clipping=False,  # the learner clips; statistics need raw scores
             use_fire_reset=False,
-            max_num_frames_per_episode=108_000,  # ALE v5's cap (27,000 agent steps)
+            max_num_frames_per_episode=MAX_EPISODE_STEPS * 4,  # the same cap as envpool's, counted in emulator frames
         )
 
     def _single_space(self):

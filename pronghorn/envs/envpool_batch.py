@@ -16,7 +16,7 @@ from pronghorn.records import EnvOutput
 log = logging.getLogger("pronghorn.envs")
 
 # ALE v5 caps a game at 108,000 emulator frames, i.e. 27,000 agent steps with action repeat 4.
-_MAX_EPISODE_STEPS = 27_000
+MAX_EPISODE_STEPS = 27_000
 
 
 class EnvpoolBatch:
@@ -60,7 +60,7 @@ class EnvpoolBatch:
             episodic_life=False,
             reward_clip=False,  # the learner clips; statistics need raw scores
             use_fire_reset=False,  # ale-py's AtariPreprocessing does not press FIRE either
-            max_episode_steps=_MAX_EPISODE_STEPS,
+            max_episode_steps=MAX_EPISODE_STEPS,
             full_action_space=uses_full_action_set(self._cfg),
         )
 
