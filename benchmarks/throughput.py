@@ -4,7 +4,7 @@ For each setting, in one run, with the same envs and worker count as the end-to-
   1. environment stepping with random actions, the fastest way this machine has (the cheapest of
      pronghorn's own env batch, raw envpool and Gymnasium's numpy-vectorised env, where they exist)
                                                    -> core-seconds per frame
-  2. batched policy inference (+ sampling), batch E -> core-seconds per frame
+  2. batched policy inference (+ sampling), batch E, as an actor runs it -> core-seconds per frame
   3. the learner's update on a [T+1, B] batch       -> core-seconds per frame
   component limit = cores / (sum of the three)       (frames/s if every core did only useful work)
 then pronghorn end to end (actors + staging + learner) and the ratio of its training frames/s to that limit.
@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from pronghorn import Config, train
+from pronghorn.acting import Acting
 from pronghorn.config import resolved
 from pronghorn.envs import make_batched, probe
 from pronghorn.learner import Learner
@@ -114,12 +115,16 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     fastest = min(env_costs, key=lambda k: env_costs[k])
 
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
+    agent.eval()
+    acting = Acting(agent, E)  # the actors' own step (LocalPolicy.answer calls it)
     state = agent.initial_state(E)
-    zeros_a, zeros_r, zeros_d = torch.zeros(1, E, dtype=torch.long), torch.zeros(1, E), torch.zeros(1, E, dtype=torch.bool)
+    zeros_a, zeros_r, zeros_d = torch.zeros(E, dtype=torch.long), torch.zeros(E), torch.zeros(E, dtype=torch.bool)
+    level = torch.zeros(E, dtype=torch.int64)
+    generator = torch.Generator().manual_seed(0)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def infer():
-        agent(obs[None], zeros_a, zeros_r, zeros_d, state)
+        acting(obs, zeros_a, zeros_r, zeros_d, state, level, torch.rand(E, 1, generator=generator))
 
     infer_cost = cpu_time_per(infer, E * fps, seconds)
 

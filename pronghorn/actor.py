@@ -14,10 +14,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from pronghorn.acting import Acting
 from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec, make_batched
 from pronghorn.losses import clip_rewards
-from pronghorn.models import act, build_agent
+from pronghorn.models import build_agent
 from pronghorn.records import PolicyAnswer, Unroll
 
 log = logging.getLogger("pronghorn.actor")
@@ -36,9 +37,11 @@ class WeightSource(Protocol):
     @property
     def version(self) -> int: ...
 
-    def load_into(self, model: torch.nn.Module, timeout: float) -> int: ...
+    def load_into(self, model: torch.nn.Module, timeout: float) -> int:
+        """Copy the newest weights into `model`'s parameters in place (views of them stay valid); their version."""
 
-    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int: ...
+    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:
+        """--deterministic: wait for `version`, then copy exactly it into `model` in place."""
 
 
 def actor_seeds(cfg: Config, index: int) -> list[int]:
@@ -96,6 +99,7 @@ class LocalPolicy:
         self.agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
         self.agent.eval()
         self.version = weights.load_into(self.agent, cfg.timeout)
+        self.acting = Acting(self.agent, cfg.envs)
         self.core = self.agent.initial_state(cfg.envs)  # the state after the last observation answered
         self._level = torch.as_tensor(levels, dtype=torch.int64)  # [E]: selects each env's PopArt statistics
         # Actor i samples from its own generator (seed + i), as the inference server does for it: the same
@@ -117,12 +121,14 @@ class LocalPolicy:
             # `act` computes in the same pass, with the core state from before the reset (gone after it).
             rows = np.flatnonzero(env_out.truncated)
             cut, final_obs = torch.from_numpy(rows), torch.from_numpy(env_out.final_obs[rows])
-        out, core, values = act(self.agent, obs, last_action, reward, done, self.core, self._level, uniform, cut, final_obs)
+        # The answer views the acting step's buffers until the next call: the loop copies it into the slot
+        # (and hands the action to the env) before it asks again.
+        out, core, values = self.acting(obs, last_action, reward, done, self.core, self._level, uniform, cut, final_obs)
         if values is not None:
             truncation_value[rows] = values.numpy()  # act returns them in the order of `cut`
         # obs[t] was reached by action[t-1]; the agent answered it from the core state after obs[t-1].
         core_before, self.core = self.core, core
-        return PolicyAnswer(out.action[0], out.policy_logits[0], core_before, truncation_value, self.version)
+        return PolicyAnswer(out.action, out.policy_logits, core_before, truncation_value, self.version)
 
     def refresh(self) -> None:
         if self.weights.version != self.version:

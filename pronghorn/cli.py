@@ -163,7 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import faulthandler
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` prints every thread's stack
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # pronghorn's own INFO lines; other libraries only from WARNING up (matplotlib, imported by MinAtar, logs
+    # at INFO that it built its font cache, on a fresh machine, beside a refused flag's one-line error).
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("pronghorn").setLevel(logging.INFO)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"{USAGE}\ncommands: {', '.join(COMMANDS)}")
         return 0 if argv else 2

@@ -18,30 +18,33 @@ class DeadUnits:
 
     def __init__(self, torso: nn.Module):
         self._latest: dict[str, float] = {}
-        self._armed = False
-        self._handles = [module.register_forward_hook(self._hook(name)) for name, module in torso.named_modules() if isinstance(module, (nn.Linear, nn.Conv2d))]
+        self._layers = [(name, module) for name, module in torso.named_modules() if isinstance(module, (nn.Linear, nn.Conv2d))]
+        self._handles: list = []  # hooks are in place only while armed: a hooked module's every call costs more
 
     def _hook(self, name: str):
         label = "dead/" + name.replace(".", "_")
 
         def record(module, inputs, output) -> None:
-            if not self._armed:
-                return
-            # [N, C] or [N, C, H, W]: a unit is alive if any sample (and any position) is positive.
-            alive = (output.detach() > 0).flatten(2).any(dim=2) if output.dim() > 2 else (output.detach() > 0)
-            self._latest[label] = 1.0 - alive.any(dim=0).float().mean().item()
+            # [N, C] or [N, C, H, W]: a unit is alive if any sample (and any position) is positive. The largest
+            # value per unit says so in one reduction, where a boolean tensor of the whole output took several
+            # passes (CartPole's learner, 10 752 x 64: 1.6 ms per layer every tenth update).
+            out = output.detach()
+            peak = out.amax(dim=(0, *range(2, out.dim())))
+            self._latest[label] = (peak <= 0).float().mean().item()
 
         return record
 
     def arm(self) -> None:
         """Record the forward passes from now until `read` (the learner arms it just before its own pass)."""
-        self._armed = True
+        self.close()
         self._latest = {}
+        self._handles = [module.register_forward_hook(self._hook(name)) for name, module in self._layers]
 
     def read(self) -> dict[str, float]:
-        self._armed = False
+        self.close()
         return dict(self._latest)
 
     def close(self) -> None:
         for handle in self._handles:
             handle.remove()
+        self._handles = []

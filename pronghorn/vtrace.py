@@ -66,12 +66,15 @@ def from_importance_weights(
     deltas = clipped_rhos * (rewards + discounts * values_tp1 - values)
 
     # Backward recursion: (v_s - V(x_s)) = delta_s + discount_s * c_s * (v_{s+1} - V(x_{s+1})).
+    # One op per step over views taken once: indexing, multiplying and writing back each step made the
+    # loop ~8 ops per step, a fixed cost of every update that small batches feel (B=16: ~10 % of it).
+    decay, delta = (discounts * cs).unbind(0), deltas.unbind(0)
     acc = torch.zeros_like(bootstrap_value)
-    vs_minus_v = torch.empty_like(values)
+    steps = [acc] * values.shape[0]
     for t in range(values.shape[0] - 1, -1, -1):
-        acc = deltas[t] + discounts[t] * cs[t] * acc
-        vs_minus_v[t] = acc
-    vs = vs_minus_v + values
+        acc = torch.addcmul(delta[t], decay[t], acc)
+        steps[t] = acc
+    vs = torch.stack(steps) + values
 
     # The policy gradient uses v_{s+1} (bootstrap at the end), not V(x_{s+1}).
     vs_tp1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)

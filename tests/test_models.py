@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from pronghorn.models import Agent, act
+from pronghorn.acting import act
+from pronghorn.models import Agent
 
 
 @pytest.mark.parametrize("model,shape", [("mlp", (4,)), ("shallow", (4, 84, 84)), ("deep", (4, 84, 84))])

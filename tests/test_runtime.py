@@ -55,6 +55,32 @@ def test_weight_store_round_trip_and_version():
         store.release()
 
 
+def test_weights_are_published_from_a_flat_learner_and_loaded_in_place():
+    """The learner's parameters are views of one tensor (flat.py); every WeightSource copies into the
+    actors' parameters in place, so views of them that the acting step keeps stay valid."""
+    from pronghorn.flat import flatten_parameters
+    from pronghorn.runtime.ray_runtime import _LocalWeights
+
+    learner_agent, actor_agent = Agent((4,), 2), Agent((4,), 2)
+    flat = flatten_parameters(learner_agent)
+    pointers = [p.data_ptr() for p in actor_agent.parameters()]
+    store = WeightStore.create(new_token(), flat.numel())
+    try:
+        store.publish(learner_agent, 1)
+        assert store.load_into(actor_agent, timeout=1.0) == 1
+    finally:
+        store.release()
+    ray_side = _LocalWeights()
+    ray_side.offer(flat.detach().numpy() * 2, 2)
+    ray_agent = Agent((4,), 2)
+    ray_pointers = [p.data_ptr() for p in ray_agent.parameters()]
+    assert ray_side.load_into(ray_agent, timeout=1.0) == 2
+    for p, q, r in zip(learner_agent.parameters(), actor_agent.parameters(), ray_agent.parameters()):
+        assert torch.equal(p, q) and torch.equal(2 * p, r)
+    assert [p.data_ptr() for p in actor_agent.parameters()] == pointers
+    assert [p.data_ptr() for p in ray_agent.parameters()] == ray_pointers
+
+
 def _fake_slots(n, T=2, E=2):
     spec = unroll_spec(T, E, (3,), np.float32, 2, 0)
     return [Unroll(*(torch.full(shape, float(i)).to(torch.from_numpy(np.zeros(0, dtype)).dtype) for shape, dtype in spec)) for i in range(n)]

@@ -24,11 +24,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from pronghorn.acting import Acting
 from pronghorn.actor import WeightSource, env_levels
 from pronghorn.config import Config
 from pronghorn.envs import EnvSpec
 from pronghorn.losses import clip_rewards
-from pronghorn.models import act, build_agent
+from pronghorn.models import build_agent
 from pronghorn.records import PolicyAnswer
 from pronghorn.runtime.shm import SegmentHandle, _Segment
 
@@ -140,6 +141,7 @@ class InferenceServer:
         self.agent.eval()
         self.version = -1
         n, e = cfg.num_actors, cfg.envs
+        self.acting = Acting(self.agent, n * e)  # a batch holds at most every actor's environments
         self.core = self.agent.initial_state(n * e).view(2, n, e, -1).to(device)  # every env's state after its last answer
         self.levels = torch.tensor([env_levels(cfg, i) for i in range(n)], dtype=torch.int64)  # [N, E]
         self.generators = [torch.Generator().manual_seed(cfg.seed + i) for i in range(n)]
@@ -253,14 +255,14 @@ class InferenceServer:
             # V(final_obs) in the same pass, with the core state from before the reset, as the actor's own agent does.
             cut = torch.nonzero(truncated).squeeze(1)
             final_obs = rows(box.final_obs)[cut]
-        out, new_core, cut_values = act(self.agent, obs, last_action, reward, done, core, level, uniform, cut, final_obs)
+        out, new_core, cut_values = self.acting(obs, last_action, reward, done, core, level, uniform, cut, final_obs)
         values = torch.zeros(b)
         if cut is not None and cut_values is not None:
             values[cut.cpu()] = cut_values.float().cpu()
         self.core[:, sel] = new_core.view(2, n, e, -1)
         # The answers go back through shared memory: one copy to the host for the whole batch.
-        box.action[ids] = out.action[0].cpu().view(n, e).numpy()
-        box.policy_logits[ids] = out.policy_logits[0].float().cpu().view(n, e, -1).numpy()
+        box.action[ids] = out.action.cpu().view(n, e).numpy()
+        box.policy_logits[ids] = out.policy_logits.float().cpu().view(n, e, -1).numpy()
         box.core_before[ids] = core.cpu().view(2, n, e, -1).permute(1, 0, 2, 3).numpy()
         box.truncation_value[ids] = values.view(n, e).numpy()
         box.version[ids] = self.version

@@ -32,6 +32,7 @@ import torch
 from pronghorn.actor import actor_label
 from pronghorn.config import Config, ConfigError, resolved
 from pronghorn.envs import EnvSpec
+from pronghorn.flat import load_flat
 from pronghorn.records import Unroll, packed_unroll, unroll_spec
 from pronghorn.runtime.local import _CRASH_WINDOW, WorkerError
 
@@ -67,7 +68,7 @@ class _LocalWeights:
             raise TimeoutError(f"waited {timeout:.0f} s for the learner's first weights")
         version, flat = self._version, self._flat
         assert flat is not None
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(flat), list(model.parameters()))
+        load_flat(list(model.parameters()), torch.from_numpy(flat))  # in place, as WeightSource promises
         return version
 
     def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from pronghorn.flat import flat_view, load_flat
 from pronghorn.records import FieldLayout, Unroll
 
 SHM_PREFIX = "pronghorn-"
@@ -161,7 +162,10 @@ class WeightStore:
         self._seq[0] += 1  # odd: write in progress
         buffer = self._buffers[version % 2]
         params = [p.detach() for p in model.parameters()]
-        if params and params[0].device.type != "cpu":
+        flat = flat_view(params)
+        if flat is not None:  # the learner's parameters are views of one tensor (flat.py): one copy
+            buffer.copy_(flat)
+        elif params and params[0].device.type != "cpu":
             # One kernel and one device-to-host copy (it waits for this stream's work, not the whole device),
             # rather than a copy, and a wait, per tensor.
             buffer.copy_(torch.cat([p.reshape(-1) for p in params]))
@@ -191,14 +195,9 @@ class WeightStore:
     def _copy_out(self, version: int, model: torch.nn.Module) -> None:
         buffer = self._buffers[version % 2]
         params = list(model.parameters())
-        if params and params[0].device.type != "cpu":  # the inference server on an accelerator: one host-to-device copy
-            buffer = buffer.to(params[0].device)
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                n = p.numel()
-                p.copy_(buffer[offset : offset + n].view_as(p))
-                offset += n
+        if params and params[0].device.type != "cpu" and flat_view(params) is None:
+            buffer = buffer.to(params[0].device)  # the inference server on an accelerator: one host-to-device copy
+        load_flat(params, buffer)
 
     def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:
         """Wait until `version` is published, then load exactly that version (lock-step mode).

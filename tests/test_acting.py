@@ -1,0 +1,93 @@
+"""The acting step: `Acting`'s preallocated MLP path against `act`, and sampling by the inverse CDF."""
+
+import pytest
+import torch
+
+from pronghorn.acting import Acting, act
+from pronghorn.models import Agent, sample_actions
+
+
+def _inputs(b: int, seed: int, lstm: bool = False, core_size: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(b, 4, generator=g)
+    last_action = torch.randint(0, 3, (b,), generator=g)
+    reward = torch.randn(b, generator=g) if lstm else None
+    done = torch.rand(b, generator=g) < 0.3 if lstm else None
+    core = torch.randn(2, b, core_size, generator=g) if lstm else torch.zeros(2, b, 1)
+    uniform = torch.rand(b, 1, generator=g)
+    return obs, last_action, reward, done, core, uniform
+
+
+def _same(got, expected):
+    """Acting's [B] results against act's [1, B] ones."""
+    (out, core, values), (out_e, core_e, values_e) = got, expected
+    out_e = type(out_e)(*(field[0] for field in out_e))
+    torch.testing.assert_close(out.policy_logits, out_e.policy_logits)
+    torch.testing.assert_close(out.baseline, out_e.baseline)
+    assert torch.equal(out.action, out_e.action)
+    torch.testing.assert_close(core, core_e)
+    assert (values is None) == (values_e is None)
+    if values is not None:
+        torch.testing.assert_close(values, values_e)
+
+
+@torch.inference_mode()
+def test_the_preallocated_mlp_step_gives_act_s_logits_values_and_actions():
+    torch.manual_seed(0)
+    agent = Agent((4,), 3).eval()
+    acting = Acting(agent, max_rows=8)
+    assert acting._fast
+    for seed, b in ((1, 8), (2, 5), (3, 8)):  # buffers are reused across calls of different sizes
+        obs, last_action, _, _, core, uniform = _inputs(b, seed)
+        _same(acting(obs, last_action, None, None, core, None, uniform), act(agent, obs, last_action, None, None, core, None, uniform))
+        # Time limits cut rows 1 and b-1: their V(final_obs) rides in the same products.
+        cut, final_obs = torch.tensor([1, b - 1]), torch.randn(2, 4)
+        _same(
+            acting(obs, last_action, None, None, core, None, uniform, cut, final_obs),
+            act(agent, obs, last_action, None, None, core, None, uniform, cut, final_obs),
+        )
+
+
+@torch.inference_mode()
+def test_weights_loaded_into_the_agent_are_used_at_the_next_call():
+    torch.manual_seed(1)
+    agent, other = Agent((4,), 3).eval(), Agent((4,), 3).eval()
+    acting = Acting(agent, max_rows=6)
+    obs, last_action, _, _, core, uniform = _inputs(6, 7)
+    before = acting(obs, last_action, None, None, core, None, uniform)[0].policy_logits.clone()  # a copy: the buffers are reused
+    agent.load_state_dict(other.state_dict())  # as WeightStore.load_into does: in place
+    after = acting(obs, last_action, None, None, core, None, uniform)
+    assert not torch.allclose(before, after[0].policy_logits)
+    _same(after, act(other, obs, last_action, None, None, core, None, uniform))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "popart", "shallow"])
+@torch.inference_mode()
+def test_other_agents_go_through_act(kind):
+    torch.manual_seed(2)
+    if kind == "shallow":
+        agent = Agent((4, 84, 84), 3, model="shallow").eval()
+        acting = Acting(agent, max_rows=2)
+        obs = torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)
+        args = (obs, torch.zeros(2, dtype=torch.long), None, None, agent.initial_state(2), None, torch.rand(2, 1))
+    else:
+        agent = Agent((4,), 3, lstm=kind == "lstm", popart_levels=2 if kind == "popart" else 0).eval()
+        acting = Acting(agent, max_rows=5)
+        obs, last_action, reward, done, core, uniform = _inputs(5, 3, lstm=kind == "lstm", core_size=agent.core_size)
+        args = (obs, last_action, reward, done, core, torch.tensor([0, 1, 0, 1, 1]), uniform)
+    assert not acting._fast
+    _same(acting(*args), act(agent, *args))
+
+
+def test_sampling_counts_the_cdf_entries_below_the_draw_and_follows_the_softmax():
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(2000, 5, generator=g) * 3
+    uniform = torch.rand(2000, 1, generator=g)
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    assert torch.equal(sample_actions(logits, uniform), (cdf < uniform * cdf[:, -1:]).sum(-1))
+    top = torch.full((2000, 1), torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)).item())  # the largest draw below 1
+    assert torch.equal(sample_actions(logits, top), (cdf < top * cdf[:, -1:]).sum(-1)) and sample_actions(logits, top).max() <= 4
+    row = torch.tensor([[0.0, 1.0, 2.0]])
+    draws = sample_actions(row.expand(60_000, 3), torch.rand(60_000, 1, generator=g))
+    frequencies = torch.bincount(draws, minlength=3).float() / 60_000
+    torch.testing.assert_close(frequencies, torch.softmax(row[0], 0), atol=0.01, rtol=0)
