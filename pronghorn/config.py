@@ -233,7 +233,7 @@ class Config:
     ray_address: str | None = None
     """With --runtime ray: the cluster to join (`auto`, or HEAD:6379); default: a private Ray instance on this machine (loopback, no dashboard), shut down at the end."""
     inference: Literal["auto", "actor", "central"] = "auto"
-    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA, the model is the deep ResNet or an image model has an LSTM core, actor otherwise (on CPU a cheap model is faster in the actors; see README)."""
+    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA or the model is the deep ResNet, actor otherwise (on CPU a cheap model is faster in the actors; see README)."""
     inference_max_batch: int | None = None
     """--inference central: most environments answered in one batch; default every actor's, i.e. num_actors x envs_per_actor."""
     inference_max_wait_ms: float = 2.0
@@ -313,12 +313,11 @@ class Config:
             filled["lr_decay_frames"] = _MLP_DECAY_FRAMES * filled["batch_size"] * filled["unroll_length"] // (_MLP_BATCH * _MLP_UNROLL)
         if self.inference == "auto":
             # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model:
-            # worth it where the model is costly (the deep ResNet, an image torso with an LSTM core) or the
-            # learner has an accelerator, not for a cheap CPU model. The shallow CNN with an LSTM core on
-            # Pong: central 1.16-1.28x faster in three runs on 2026-12-02's machine (Intel, 2 MB L2 per core);
-            # on the AMD machine before it, with the actors at nice 10, their own copies were 1.15x faster
-            # (3 pairs). Within ~25 % either way; batching the costlier step across actors is SEED RL's reason.
-            costly = torso == "deep" or (self.lstm and torso != "mlp")
+            # worth it where the model is costly (the deep ResNet) or the learner has an accelerator, not for
+            # a cheap CPU model. The shallow CNN with an LSTM core went central while actors ran at the
+            # learner's priority; with them at nice 10 their own copies were 1.15x faster (3 pairs of runs),
+            # and 1.24x on 2026-12-02's machine (8 runs, the order alternated: single pairs swing by 25 %).
+            costly = torso == "deep"
             central = costly or self.device == "cuda" or (self.device == "auto" and _cuda_available())
             filled["inference"] = "central" if central and self.runtime == "local" and not self.deterministic else "actor"
         if self.actor_nice is None:

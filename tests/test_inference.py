@@ -117,7 +117,7 @@ def test_central_inference_refuses_what_it_cannot_do():
         Config(inference_max_wait_ms=-1)
     assert Config().for_observations((4,)).inference == "actor" or torch.cuda.is_available()
     assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).inference == "central"
-    assert Config(device="cpu", lstm=True).for_observations((4, 84, 84)).inference == "central"  # the shallow CNN + LSTM: central measured faster
+    assert Config(device="cpu", lstm=True).for_observations((4, 84, 84)).inference == "actor"  # the shallow CNN + LSTM: actors measured faster
     assert Config(device="cpu", lstm=True).for_observations((4,)).inference == "actor"  # the MLP's own copy is cheaper than the round trip
     assert Config(device="cpu", model="deep", deterministic=True).for_observations((4, 84, 84)).inference == "actor"
 
