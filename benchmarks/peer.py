@@ -147,7 +147,13 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
         raise SystemExit(f"Sample Factory printed too little to measure (exit {proc.returncode}):\n{output[-3000:]}")
     steady = points[len(points) // 4 :]
     fps = (steady[-1][1] - steady[0][1]) / max(1e-9, steady[-1][0] - steady[0][0])
-    return {"fps": fps, "frames": points[-1][1], "return": rewards[-1][1] if rewards else float("nan")}
+    return {"fps": fps, "frames": points[-1][1], "return": rewards[-1][1] if rewards else float("nan"), "curve": rewards}
+
+
+def return_at(curve: list[tuple[float, float]], frames: float) -> float:
+    """The last (frames, mean return) point at or before `frames` (NaN if none)."""
+    before = [r for f, r in curve if f <= frames]
+    return before[-1] if before else float("nan")
 
 
 def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int) -> dict:
@@ -158,6 +164,7 @@ def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int)
         "frames": int(float(rows[-1]["frames"])),
         "return": float(rows[-1]["mean_return_100"]),
         "return_at": float(at[-1]["mean_return_100"]),
+        "curve": [(float(r["frames"]), float(r["mean_return_100"])) for r in rows],
     }
 
 
@@ -190,6 +197,10 @@ def main() -> None:
                 f" ({ph['return_at']:.2f} at {sf['frames']:,} frames) | fps ratio {ph['fps'] / sf['fps']:.1f}x"
             )
             print(line, flush=True)
+            # Both mean returns along the way, at fractions of the frames Sample Factory reached.
+            for share in (0.25, 0.5, 0.75, 1.0):
+                at = share * sf["frames"]
+                print(f"    at {at:12,.0f} frames: sample factory {return_at(sf['curve'], at):7.2f}, pronghorn {return_at(ph['curve'], at):7.2f}", flush=True)
             lines.append(line)
             table.append(
                 f"| {name}, pronghorn {variant} | {sf['fps']:,.0f} | {ph['fps']:,.0f} | {ph['fps'] / sf['fps']:.1f}× |"
