@@ -17,10 +17,18 @@ def train_for(args: list[str], seconds: float, logdir: str) -> list[dict[str, st
     cmd = [sys.executable, "-m", "pronghorn.cli", "train", *args, "--total-frames", "10G", "--stop-at-return", "1e12"]
     cmd += ["--logdir", logdir, "--no-progress", "--log-interval", "2"]
     print("pronghorn:", " ".join(cmd[3:]), flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)  # this checkout's pronghorn
-    time.sleep(seconds)
-    proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit (SIGINT is ignored in a background job)
-    _, err = proc.communicate(timeout=180)
+    # Its console lines go to a file, not a pipe: nobody reads a pipe while it trains, and once the pipe's
+    # 64 KiB were full (about 22 minutes of a line every 2 s) its next log line blocked the learner for good.
+    err_path = logdir.rstrip("/") + ".stderr.txt"  # beside the logdir, which pronghorn creates
+    with open(err_path, "w") as err_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, text=True, cwd=ROOT)  # this checkout's pronghorn
+        time.sleep(seconds)
+        if proc.poll() is not None:
+            print(f"  pronghorn exited by itself (exit {proc.returncode}) before {seconds:.0f} s: see {err_path}", flush=True)
+        proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit (SIGINT is ignored in a background job)
+        proc.wait(timeout=180)
+    with open(err_path) as f:
+        err = f.read()
     path = os.path.join(logdir, "metrics.csv")
     rows = []
     if os.path.exists(path):
