@@ -40,8 +40,6 @@ def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
 
     from pronghorn.config import Config, ConfigError
 
-    if any(a in ("-h", "--help") for a in argv):
-        return tyro.cli(Config, args=list(argv), prog=prog)  # prints help and exits 0
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
@@ -49,8 +47,10 @@ def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
     except ConfigError as exc:
         fail(str(exc))
     except SystemExit as exc:
-        if exc.code in (0, None):
+        if exc.code in (0, None):  # --help: the help text was captured with everything else
+            sys.stdout.write(captured.getvalue())
             raise
+        # A flag missing its value before --help (`--env --help`) lands here too: one line, not tyro's box.
         fail(f"{_one_line(captured.getvalue())} (see `{prog} --help`)")
 
 
