@@ -158,13 +158,13 @@ def return_at(curve: list[tuple[float, float]], frames: float) -> float:
 
 def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int) -> dict:
     rows = train_for(args, seconds, workdir)
-    at = [r for r in rows if float(r["frames"]) <= at_frames] or rows[:1]
+    curve = [(float(r["frames"]), float(r["mean_return_100"])) for r in rows]
     return {
         "fps": steady_fps(rows),
         "frames": int(float(rows[-1]["frames"])),
         "return": float(rows[-1]["mean_return_100"]),
-        "return_at": float(at[-1]["mean_return_100"]),
-        "curve": [(float(r["frames"]), float(r["mean_return_100"])) for r in rows],
+        "return_at": return_at(curve, at_frames),
+        "curve": curve,
     }
 
 
