@@ -189,3 +189,33 @@ def test_an_actor_that_cannot_recover_stops_training_with_its_level_named():
     finally:
         rt.close()
     assert_no_leaks()
+
+
+def test_the_router_never_writes_to_a_dead_actor_and_gets_every_slot_back():
+    """A freed slot offered to an actor that died unnoticed (BrokenPipeError in CI's crash-loop test) stays free."""
+    import os
+    from multiprocessing import Pipe
+
+    from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
+
+    router = SlotRouter(num_slots=4, num_actors=1, depth=2)
+    free_recv, free_send = Pipe(duplex=False)
+    full_recv, full_send = Pipe(duplex=False)
+    death_r, death_w = os.pipe()  # stands in for the process sentinel: readable once the "process" ends
+    deaths = []
+    router.on_death = lambda i: (deaths.append(router.reclaim(i)), os.close(death_r))
+    router.connect(0, free_send, full_recv, death_r)
+    source = PipeSource(free_recv, lambda: False, timeout=5, who="actor 0")
+    first, second = source.get(), source.get()
+    PipeSink(full_send).put(first)  # it finishes one unroll...
+    for conn in (free_recv, full_send):
+        conn.close()  # ...and dies holding `second`
+    assert router.get(timeout=5) == first
+    router.put(first)  # offers the freed slot to the dead actor: must neither raise nor lose it
+    assert router.accounted() == 4
+    os.close(death_w)
+    with pytest.raises(queue.Empty):
+        router.get(timeout=0.5)
+    assert deaths == [[second]]
+    assert sorted(router.free) == [0, 1, 2, 3] and router.accounted() == 4
+    router.close()

@@ -79,8 +79,14 @@ class SlotRouter:
         conn = self._to_actor[index]
         while conn is not None and self.free and len(self.held[index]) < self.depth:
             slot = self.free.popleft()
+            try:
+                conn.send_bytes(_FMT.pack(slot))
+            except OSError:
+                # BrokenPipeError: the actor is dead and its sentinel not yet handled. The slot never left
+                # (an 8-byte write is all or nothing), so it stays free; the sentinel brings reclaim().
+                self.free.appendleft(slot)
+                return
             self.held[index].add(slot)
-            conn.send_bytes(_FMT.pack(slot))
 
     def _receive(self, index: int) -> None:
         """Read every full slot actor `index` has sent (all complete messages, even after its death)."""
@@ -96,14 +102,16 @@ class SlotRouter:
 
     def reclaim(self, index: int) -> list[int]:
         """Actor `index` died: keep what it finished, free what it held (its partial unroll is dropped)."""
+        to_actor, self._to_actor[index] = self._to_actor[index], None  # so _receive() supplies nothing to the dead
+        if to_actor is not None:
+            to_actor.close()
         self._receive(index)
         lost = sorted(self.held[index])
         self.free.extend(lost)
         self.held[index].clear()
-        for conn in (self._to_actor[index], self._from_actor[index]):
-            if conn is not None:
-                conn.close()
-        self._to_actor[index] = self._from_actor[index] = None
+        from_actor, self._from_actor[index] = self._from_actor[index], None
+        if from_actor is not None:
+            from_actor.close()
         self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
         return lost
 
