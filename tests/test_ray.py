@@ -138,10 +138,9 @@ def _train_and_disturb(cluster, logdir, disturb, frames="2M"):
 
     A frame budget, not CartPole's target: solved within seconds of the disturbance, a run could end before
     the actor it disturbed delivered again (fresh-clone CI runs failed that way, for both callers)."""
-    until = ("--total-frames", frames, "--stop-at-return", "1e9")
-    ends = "frame budget spent after"
     command = ["train", "--runtime", "ray", "--ray-address", cluster.address, "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5"]
-    proc = subprocess.Popen(CLI + command + list(until), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV)
+    command += ["--total-frames", frames, "--stop-at-return", "1e9"]
+    proc = subprocess.Popen(CLI + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV)
     try:
         deadline = time.monotonic() + 120
         while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
@@ -151,7 +150,7 @@ def _train_and_disturb(cluster, logdir, disturb, frames="2M"):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0 and ends in out, err[-3000:]
+    assert proc.returncode == 0 and "frame budget spent after" in out, err[-3000:]
     return proc, out, err, result
 
 

@@ -1,6 +1,7 @@
 """Shared memory, weight publishing and the actor processes, with real processes and real /dev/shm."""
 
 import multiprocessing as mp
+import os
 import queue
 import time
 
@@ -13,6 +14,7 @@ from pronghorn.envs import probe
 from pronghorn.models import Agent
 from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime import LocalRuntime, WorkerError
+from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import SlotArray, WeightStore, new_token
 from pronghorn.staging import Staging
 from tests.helpers import assert_no_leaks
@@ -193,14 +195,9 @@ def test_an_actor_that_cannot_recover_stops_training_with_its_level_named():
 
 def test_the_router_never_writes_to_a_dead_actor_and_gets_every_slot_back():
     """A freed slot offered to an actor that died unnoticed (BrokenPipeError in CI's crash-loop test) stays free."""
-    import os
-    from multiprocessing import Pipe
-
-    from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
-
     router = SlotRouter(num_slots=4, num_actors=1, depth=2)
-    free_recv, free_send = Pipe(duplex=False)
-    full_recv, full_send = Pipe(duplex=False)
+    free_recv, free_send = mp.Pipe(duplex=False)
+    full_recv, full_send = mp.Pipe(duplex=False)
     death_r, death_w = os.pipe()  # stands in for the process sentinel: readable once the "process" ends
     deaths = []
     router.on_death = lambda i: (deaths.append(router.reclaim(i)), os.close(death_r))

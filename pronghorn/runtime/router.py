@@ -103,15 +103,14 @@ class SlotRouter:
     def reclaim(self, index: int) -> list[int]:
         """Actor `index` died: keep what it finished, free what it held (its partial unroll is dropped)."""
         to_actor, self._to_actor[index] = self._to_actor[index], None  # so _receive() supplies nothing to the dead
-        if to_actor is not None:
-            to_actor.close()
         self._receive(index)
         lost = sorted(self.held[index])
         self.free.extend(lost)
         self.held[index].clear()
-        from_actor, self._from_actor[index] = self._from_actor[index], None
-        if from_actor is not None:
-            from_actor.close()
+        for conn in (to_actor, self._from_actor[index]):
+            if conn is not None:
+                conn.close()
+        self._from_actor[index] = None
         self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
         return lost
 
