@@ -84,7 +84,18 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "pong-lstm": dict(env="ALE/Pong-v5", model="shallow", lstm=True),
     "pong-deep": dict(env="ALE/Pong-v5", model="deep"),
 }
-DEFAULT_SETTINGS = ["cartpole", "cartpole-best", "minatar-breakout", "minatar-breakout-best", "pong", "pong-best", "pong-envpool", "pong-envpool-best"]
+DEFAULT_SETTINGS = [
+    "cartpole",
+    "cartpole-best",
+    "minatar-breakout",
+    "minatar-breakout-best",
+    "pong",
+    "pong-best",
+    "pong-envpool",
+    "pong-envpool-best",
+    "pong-lstm",
+    "pong-deep",
+]
 
 
 def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -> float:

@@ -69,6 +69,10 @@ def frame_count_flag(flag: str) -> Any:
     ]
 
 
+# What a run saved before a flag existed did, where that differs from the flag's default now: resuming it
+# with the new default would build another agent than the one in its checkpoint.
+BEFORE_IT_EXISTED = {"normalize_observations": "off"}
+
 # Flags a resumed run may change: budgets, logging, where the learner runs. Everything else shapes the
 # agent, the data or the objective, and must match the checkpoint.
 RESUMABLE_CHANGES = frozenset(
@@ -194,6 +198,8 @@ class Config:
     """Weight of the entropy regulariser."""
     reward_clipping: Literal["abs_one", "soft_asymmetric", "none"] = "abs_one"
     """Reward clipping applied in the learner (actors and statistics see raw rewards)."""
+    normalize_observations: Literal["auto", "on", "off"] = "auto"
+    """Standardise every observation element by its running mean and standard deviation (clipped to ±5) before the torso; the learner updates the statistics from fresh batches and they travel with the weights. `auto`: on for the shallow and nature CNNs on pixel images (Atari's constant background then reads 0 and the first convolution stays alive), off for the deep ResNet (its loss went non-finite on Pong with it), vectors and small grids."""
     popart: bool = False
     """PopArt: normalise the value targets per level with running statistics, preserving the agent's outputs when they change (van Hasselt et al. 2016; Hessel et al. 2019)."""
     popart_step: float = 3e-4
@@ -320,6 +326,12 @@ class Config:
             costly = torso == "deep"
             central = costly or self.device == "cuda" or (self.device == "auto" and _cuda_available())
             filled["inference"] = "central" if central and self.runtime == "local" and not self.deterministic else "actor"
+        if self.normalize_observations == "auto":
+            # Pong, Nature CNN, envpool, to 2.41M frames: -20.10 raw (the first convolution dead within the first
+            # updates), +1.62, +17.20 and -1.14 standardised (none of it dead); see README, "Observation
+            # statistics". Not the deep ResNet: its unnormalised residual sums of inputs up to 5 (not 1) made
+            # the loss non-finite within its first updates on Pong.
+            filled["normalize_observations"] = "on" if torso in ("shallow", "nature") else "off"
         if self.actor_nice is None:
             # Actor inference: actors only feed the learner, which should win the cores. Central: the server in
             # the learner process answers each actor's step, so a slowed actor slows the server's batches too.
@@ -330,9 +342,9 @@ class Config:
         """Flags that differ from the run being resumed and would change its agent, data or objective."""
         conflicts = []
         for field in dataclasses.fields(self):
-            if field.name in RESUMABLE_CHANGES or field.name not in saved:
+            if field.name in RESUMABLE_CHANGES or (field.name not in saved and field.name not in BEFORE_IT_EXISTED):
                 continue
-            here, there = getattr(self, field.name), saved[field.name]
+            here, there = getattr(self, field.name), saved.get(field.name, BEFORE_IT_EXISTED.get(field.name))
             if here != there:
                 conflicts.append(f"--{field.name.replace('_', '-')} is {here!r} here but {there!r} in the run")
         return conflicts

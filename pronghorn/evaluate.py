@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pronghorn import checkpoint, suites
-from pronghorn.config import Config, ConfigError, resolved
+from pronghorn.config import BEFORE_IT_EXISTED, Config, ConfigError, resolved
 from pronghorn.envs import probe
 from pronghorn.envs.batch import GymBatch
 from pronghorn.envs.single import make_single
@@ -36,7 +36,7 @@ def load_run(logdir: str, path: str | None) -> tuple[Config, str, dict[str, Any]
     """The run's config and a checkpoint (the newest good one unless `path` names one)."""
     try:
         with open(os.path.join(logdir, "config.json")) as f:
-            cfg = Config(**json.load(f))
+            cfg = Config(**{**BEFORE_IT_EXISTED, **json.load(f)})  # a run older than a flag ran without it
     except FileNotFoundError:
         raise ConfigError(f"{logdir!r} has no config.json: point --logdir at a pronghorn run folder") from None
     if path is not None:

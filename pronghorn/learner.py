@@ -70,6 +70,11 @@ class Learner:
         fresh = batch.action.shape[1] if fresh < 0 else fresh
         done = batch.terminated | batch.truncated
         reward = clip_rewards(batch.reward, cfg.reward_clipping)
+        if self.agent.obs_norm is not None and count:
+            # Before the forward pass, so this update already sees statistics that include its batch. Row T
+            # is row 0 of the actor's next unroll: left out, so no observation counts twice; replayed
+            # columns were counted when they were fresh, and a second pass (count=False) adds nothing.
+            self.agent.obs_norm.update(batch.obs[:-1, :fresh])
         probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
         if probe:
             self.dead_units.arm()

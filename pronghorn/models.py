@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pronghorn.config import resolve_torso
+from pronghorn.obs_norm import ObservationNorm
 from pronghorn.popart import PopArtHead
 from pronghorn.records import AgentOutput
 from pronghorn.softmax import softmax
@@ -31,8 +32,14 @@ class MLPTorso(nn.Module):
         return self.net(x.flatten(1).float())
 
 
+def _pixels(x: torch.Tensor) -> torch.Tensor:
+    """Raw pixels (uint8) scaled to [0, 1]; inputs that are already float (standardised by
+    --normalize-observations) pass as they are."""
+    return x.float() / 255.0 if x.dtype == torch.uint8 else x
+
+
 class _ConvFC(nn.Module):
-    """Pixel images (uint8, scaled to [0, 1]) through a stack of conv layers, then one fully connected ReLU layer."""
+    """Pixel images (uint8 scaled to [0, 1], or standardised floats) through a stack of conv layers, then one fully connected ReLU layer."""
 
     def __init__(self, obs_shape: tuple[int, ...], convs: nn.Sequential, hidden: int):
         super().__init__()
@@ -43,7 +50,7 @@ class _ConvFC(nn.Module):
         self.out_size = hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.convs(x.float() / 255.0)
+        x = self.convs(_pixels(x))
         return F.relu(self.fc(x.flatten(1)), inplace=True)
 
 
@@ -116,7 +123,7 @@ class DeepTorso(nn.Module):
         self.out_size = 256
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.sections(x.float() / 255.0))
+        x = F.relu(self.sections(_pixels(x)))
         return F.relu(self.fc(x.flatten(1)), inplace=True)
 
 
@@ -140,7 +147,17 @@ def sample_actions(logits: torch.Tensor, uniform: torch.Tensor | None = None) ->
 
 def build_agent(cfg, obs_shape: tuple[int, ...], num_actions: int) -> Agent:
     """The agent a Config describes (one PopArt value per level with --popart)."""
-    agent = Agent(obs_shape, num_actions, cfg.model, cfg.lstm, cfg.hidden_size, popart_levels=len(cfg.level_names) if cfg.popart else 0)
+    if cfg.normalize_observations == "auto":
+        raise ValueError("Config.normalize_observations is unresolved: call Config.for_observations first")
+    agent = Agent(
+        obs_shape,
+        num_actions,
+        cfg.model,
+        cfg.lstm,
+        cfg.hidden_size,
+        popart_levels=len(cfg.level_names) if cfg.popart else 0,
+        normalize_observations=cfg.normalize_observations == "on",
+    )
     if cfg.init == "orthogonal":
         init_orthogonal(agent)
     return agent
@@ -162,8 +179,18 @@ def init_orthogonal(agent: Agent) -> None:
 class Agent(nn.Module):
     """Policy and baseline over a torso and an optional LSTM core."""
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: str = "auto", lstm: bool = False, hidden_size: int = 64, popart_levels: int = 0):
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        model: str = "auto",
+        lstm: bool = False,
+        hidden_size: int = 64,
+        popart_levels: int = 0,
+        normalize_observations: bool = False,
+    ):
         super().__init__()
+        self.obs_norm = ObservationNorm(obs_shape) if normalize_observations else None
         kind = resolve_torso(model, obs_shape)
         if kind in ("small", "shallow", "deep", "nature") and len(obs_shape) != 3:
             raise ValueError(f"--model {kind} needs image observations [C, H, W], got shape {obs_shape}: use --model mlp")
@@ -206,6 +233,8 @@ class Agent(nn.Module):
 
         The learner's pass: the batch's actions were chosen by the actors."""
         t, b = obs.shape[:2]
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         x = self.torso(obs.reshape(t * b, *obs.shape[2:]))
         if self.use_lstm:
             assert reward is not None and done is not None, "the LSTM core reads reward and done"

@@ -62,7 +62,7 @@ def test_orthogonal_init_gives_a_near_uniform_first_policy_and_zero_biases():
     from pronghorn.models import build_agent
 
     torch.manual_seed(0)
-    agent = build_agent(Config(env="ALE/Pong-v5", model="shallow"), (4, 84, 84), 6)
+    agent = build_agent(Config(env="ALE/Pong-v5", model="shallow", normalize_observations="off").for_observations((4, 84, 84)), (4, 84, 84), 6)
     for module in agent.modules():
         if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
             assert torch.count_nonzero(module.bias) == 0
@@ -72,7 +72,7 @@ def test_orthogonal_init_gives_a_near_uniform_first_policy_and_zero_biases():
     out, _ = agent(obs, torch.zeros(1, 16, dtype=torch.long), torch.zeros(1, 16), torch.zeros(1, 16, dtype=torch.bool), agent.initial_state(16))
     probs = out.policy_logits.softmax(-1)
     assert (probs - 1 / 6).abs().max() < 0.02  # policy head gain 0.01
-    torch_default = build_agent(Config(env="ALE/Pong-v5", model="shallow", init="torch"), (4, 84, 84), 6)
+    torch_default = build_agent(Config(env="ALE/Pong-v5", model="shallow", init="torch").for_observations((4, 84, 84)), (4, 84, 84), 6)
     assert torch.count_nonzero(torch_default.torso.fc.bias) > 0
 
 
