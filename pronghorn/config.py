@@ -341,10 +341,11 @@ class Config:
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Flags that differ from the run being resumed and would change its agent, data or objective."""
         conflicts = []
+        saved = {**BEFORE_IT_EXISTED, **saved}  # what a run older than a flag did without it
         for field in dataclasses.fields(self):
-            if field.name in RESUMABLE_CHANGES or (field.name not in saved and field.name not in BEFORE_IT_EXISTED):
+            if field.name in RESUMABLE_CHANGES or field.name not in saved:
                 continue
-            here, there = getattr(self, field.name), saved.get(field.name, BEFORE_IT_EXISTED.get(field.name))
+            here, there = getattr(self, field.name), saved[field.name]
             if here != there:
                 conflicts.append(f"--{field.name.replace('_', '-')} is {here!r} here but {there!r} in the run")
         return conflicts

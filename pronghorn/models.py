@@ -32,14 +32,13 @@ class MLPTorso(nn.Module):
         return self.net(x.flatten(1).float())
 
 
-def _pixels(x: torch.Tensor) -> torch.Tensor:
-    """Raw pixels (uint8) scaled to [0, 1]; inputs that are already float (standardised by
-    --normalize-observations) pass as they are."""
-    return x.float() / 255.0 if x.dtype == torch.uint8 else x
+# Torsos that read pixel images. The Agent scales their raw pixels to [0, 1] (or standardises them with
+# --normalize-observations) before the torso, so a torso reads its input as it comes.
+_PIXEL_TORSOS = ("shallow", "nature", "deep")
 
 
 class _ConvFC(nn.Module):
-    """Pixel images (uint8 scaled to [0, 1], or standardised floats) through a stack of conv layers, then one fully connected ReLU layer."""
+    """Pixel images (scaled or standardised by the Agent) through a stack of conv layers, then one fully connected ReLU layer."""
 
     def __init__(self, obs_shape: tuple[int, ...], convs: nn.Sequential, hidden: int):
         super().__init__()
@@ -50,7 +49,7 @@ class _ConvFC(nn.Module):
         self.out_size = hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.convs(_pixels(x))
+        x = self.convs(x.float())
         return F.relu(self.fc(x.flatten(1)), inplace=True)
 
 
@@ -123,7 +122,7 @@ class DeepTorso(nn.Module):
         self.out_size = 256
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.sections(_pixels(x)))
+        x = F.relu(self.sections(x.float()))
         return F.relu(self.fc(x.flatten(1)), inplace=True)
 
 
@@ -192,7 +191,8 @@ class Agent(nn.Module):
         super().__init__()
         self.obs_norm = ObservationNorm(obs_shape) if normalize_observations else None
         kind = resolve_torso(model, obs_shape)
-        if kind in ("small", "shallow", "deep", "nature") and len(obs_shape) != 3:
+        self.scale_pixels = kind in _PIXEL_TORSOS and self.obs_norm is None  # raw pixels -> [0, 1]
+        if kind in ("small", *_PIXEL_TORSOS) and len(obs_shape) != 3:
             raise ValueError(f"--model {kind} needs image observations [C, H, W], got shape {obs_shape}: use --model mlp")
         torsos = {"mlp": MLPTorso, "small": SmallTorso, "shallow": ShallowTorso, "deep": DeepTorso, "nature": NatureTorso}
         try:
@@ -235,6 +235,8 @@ class Agent(nn.Module):
         t, b = obs.shape[:2]
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
+        elif self.scale_pixels:
+            obs = obs.float() / 255.0
         x = self.torso(obs.reshape(t * b, *obs.shape[2:]))
         if self.use_lstm:
             assert reward is not None and done is not None, "the LSTM core reads reward and done"

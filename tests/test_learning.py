@@ -17,9 +17,9 @@ def test_the_image_pipeline_learns_catch_on_pixels(tmp_path):
     # uint8 frames -> standardised by running statistics (the image default) -> IMPALA's shallow CNN, a
     # reward only at the episode's end 9 steps later: a regression in preprocessing, the statistics, time
     # alignment, bootstrapping or the loss scale of the image path keeps this near a random policy's -0.6
-    # (CartPole's MLP path would not notice). Here: 215,680 frames to 0.6 standardised, 328,320 raw. IMPALA's paper
-    # settings are pinned: with the Atari defaults (T=5, tuned on Pong) Catch levels off near -0.2 within
-    # 500k frames, and this test guards the pipeline, not a tuning.
+    # (CartPole's MLP path would not notice). Here: 215,680 frames to 0.6 standardised, 328,320 raw.
+    # IMPALA's paper settings are pinned: with the Atari defaults (T=5, tuned on Pong) Catch levels off
+    # near -0.2 within 500k frames, and this test guards the pipeline, not a tuning.
     cfg = pronghorn.Config(
         env="tests.catch_env:make_catch",
         model="shallow",

@@ -43,9 +43,22 @@ def test_a_pixel_agent_reads_standardised_floats_without_rescaling_them():
     agent.torso.convs[0].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))  # returns None: inputs unchanged
     args = (torch.zeros(3, 2, dtype=torch.long), None, None, agent.initial_state(2))
     agent.logits_and_values(frames, *args)
-    # The first convolution sees the standardised frames (mean ~0, std ~1), not them divided by 255 again.
+    # The first convolution sees the standardised frames (mean ~0, std ~1), not them divided by 255 as well.
     (x,) = seen
     assert x.dtype == torch.float32 and abs(x.mean().item()) < 0.05 and abs(x.std().item() - 1) < 0.05
+
+
+@pytest.mark.parametrize("model", ["shallow", "deep"])
+def test_without_statistics_pixels_are_scaled_to_one_whatever_their_dtype(model):
+    # Scaling is the Agent's, decided when it is built: float pixels from a custom env are divided by 255 as
+    # uint8 ones are, and only an agent with statistics skips it.
+    torch.manual_seed(0)
+    agent = Agent((4, 84, 84), 6, model=model)
+    frames = torch.randint(0, 256, (1, 2, 4, 84, 84), dtype=torch.uint8)
+    args = (torch.zeros(1, 2, dtype=torch.long), None, None, agent.initial_state(2))
+    from_uint8, _, _ = agent.logits_and_values(frames, *args)
+    from_float, _, _ = agent.logits_and_values(frames.float(), *args)
+    torch.testing.assert_close(from_float, from_uint8)
 
 
 def test_the_learner_counts_fresh_observations_once_and_checkpoints_the_statistics():
@@ -93,7 +106,7 @@ def test_the_statistics_travel_to_the_actors_and_the_acting_step_applies_them():
     "model,shape,expected",
     [("auto", (4,), "off"), ("auto", (10, 10, 10), "off"), ("shallow", (4, 84, 84), "on"), ("nature", (4, 84, 84), "on"), ("deep", (4, 84, 84), "off")],
 )
-def test_auto_standardises_pixel_images_only(model, shape, expected):
+def test_auto_standardises_for_the_shallow_and_nature_cnns_only(model, shape, expected):
     from pronghorn.cli import parse_config
 
     cfg = parse_config(["--model", model]).for_observations(shape)
