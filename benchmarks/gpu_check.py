@@ -8,7 +8,7 @@ staging copy is no copy at all and the overlap is reported as null.
                   the device (step_ms), and updates fed through Staging, which copies batch k+1 on a side
                   stream while batch k trains (step_with_staging_ms): copy_hidden = (step + copy -
                   with_staging) / copy, 1.0 when the copy is hidden completely.
-  learner         updates/s and frames/s of the learner alone, shallow and deep (Pong batch: 16 x T=5 x 4).
+  learner         updates/s and frames/s of the learner alone, shallow and deep (Pong batch: the image defaults, 8 x T=20 x 4x84x84).
   end_to_end      training frames/s of `pronghorn train` on Pong (envpool), shallow and deep, with actor and
                   central inference, actors = cores - 2.
   envpool_raw     envpool Pong stepped with random actions on every core (the environment's own limit).

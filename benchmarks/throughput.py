@@ -68,6 +68,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # Around the best: longer unrolls, two unrolls per batch, fewer envs (README: "Why the ratio stays near 0.8").
     "cartpole-1x512-t40": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, unroll_length=40),
     "cartpole-1x512-b1024": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=1024),
+    "cartpole-1x16": dict(env="CartPole-v1", num_actors=1),  # the defaults' batch shape, one actor process
+    "cartpole-1x32": dict(env="CartPole-v1", num_actors=1, envs_per_actor=32, batch_size=32),
     "cartpole-1x256-b512": dict(env="CartPole-v1", num_actors=1, envs_per_actor=256, batch_size=512),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),

@@ -159,9 +159,9 @@ class Config:
     envs_per_actor: int | None = None
     """Environments each actor steps together as one batch; default 16 for vector observations (cheap envs such as CartPole: more envs per step amortise the actor's per-step inference; 8 with --replay-fraction), 8 for images."""
     unroll_length: int | None = None
-    """T: environment steps per unroll (each unroll carries T+1 observations); default 20 (IMPALA), but 5 for the image CNNs (shallow, nature, deep; see --batch-size)."""
+    """T: environment steps per unroll (each unroll carries T+1 observations); default 20 (IMPALA)."""
     batch_size: int | None = None
-    """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 16 (32, IMPALA's, for small grids such as MinAtar). For the image CNNs, 16 unrolls of T=5 (80 steps, as in A2C) give ~31K updates per 10M frames, which the shallow CNN needed to learn Pong; with IMPALA's 32 x 20 (3.9K updates) Pong stayed at -20 after 10M frames."""
+    """Unrolls (one per environment) per learner batch, a multiple of --envs-per-actor; default 16 for vectors, 32 (IMPALA's) for small grids such as MinAtar, 8 for the image CNNs (16 with replay, so that half of it can be replayed): with standardised observations 8 x 20 learned Pong in fewer frames than A2C's 16 x 5 (README, "Defaults by observation kind")."""
     num_buffers: int | None = None
     """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus two per actor."""
     actor_nice: int | None = None
@@ -239,7 +239,7 @@ class Config:
     ray_address: str | None = None
     """With --runtime ray: the cluster to join (`auto`, or HEAD:6379); default: a private Ray instance on this machine (loopback, no dashboard), shut down at the end."""
     inference: Literal["auto", "actor", "central"] = "auto"
-    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA or the model is the deep ResNet, actor otherwise (on CPU a cheap model is faster in the actors; see README)."""
+    """Where the policy runs for acting: `actor` (each actor process has its own CPU copy), `central` (actors only step environments; an inference server in the learner process batches every actor's step on the learner's device and keeps LSTM state there), or `auto`: central when the learner has CUDA, actor otherwise (on CPU every model measured faster in the actors, the deep ResNet included; see README)."""
     inference_max_batch: int | None = None
     """--inference central: most environments answered in one batch; default every actor's, i.e. num_actors x envs_per_actor."""
     inference_max_wait_ms: float = 2.0
@@ -288,8 +288,8 @@ class Config:
         Three kinds, by the torso that reads them (`resolve_torso`):
           vectors (mlp)              16 envs per actor (cheap steps), IMPALA's unroll and epsilon, a larger rate decayed over 500k frames: CartPole
           small grids (small)        IMPALA's Atari settings (batch 32 x T=20, 6e-4), constant rate: MinAtar
-          images (shallow/nature/deep) A2C's update rate (16 unrolls of T=5, ~31K updates per 10M frames) and
-                                     RMSProp settings, constant rate: IMPALA's 32 x 20 left Pong at -20 after 10M frames
+          images (shallow/nature/deep) one actor's 8 unrolls of T=20 per update (~15.6K updates per 10M frames) and
+                                     A2C's RMSProp settings, constant rate
         """
         torso = resolve_torso(self.model, obs_shape)
         defaults: dict[str, Any]
@@ -303,7 +303,11 @@ class Config:
         elif torso == "small":
             defaults = dict(envs_per_actor=8, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
         else:
-            defaults = dict(envs_per_actor=8, batch_size=16, unroll_length=5, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0)
+            # Pong, Nature CNN, standardised observations, at 2.41M frames: +17.20 with 8 x 20 where 16 x 5 had
+            # -1.14 (seed 2; README, "Defaults by observation kind"). 16 with replay: half replayed, half fresh.
+            defaults = dict(
+                envs_per_actor=8, batch_size=16 if self.replay_fraction else 8, unroll_length=20, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0
+            )
         envs_per_actor = self.envs_per_actor or defaults["envs_per_actor"]
         if self.batch_size is None and defaults["batch_size"] % envs_per_actor:
             # keep whole actor unrolls
@@ -318,13 +322,12 @@ class Config:
             # updates, not as many frames (over 500k frames, 128 x 20 reached rate 0 after 195 updates and stayed near 200).
             filled["lr_decay_frames"] = _MLP_DECAY_FRAMES * filled["batch_size"] * filled["unroll_length"] // (_MLP_BATCH * _MLP_UNROLL)
         if self.inference == "auto":
-            # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model:
-            # worth it where the model is costly (the deep ResNet) or the learner has an accelerator, not for
-            # a cheap CPU model. The shallow CNN with an LSTM core went central while actors ran at the
-            # learner's priority; with them at nice 10 their own copies were 1.15x faster (3 pairs of runs),
-            # and 1.24x on 2026-12-02's machine (8 runs, the order alternated: single pairs swing by 25 %).
-            costly = torso == "deep"
-            central = costly or self.device == "cuda" or (self.device == "auto" and _cuda_available())
+            # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model on
+            # the learner's device: worth it with an accelerator there. On CPU every model measured faster with
+            # the actors' own copies: the MLP 2.6-3.7x, MinAtar's CNN 1.4-2.1x, the shallow CNN with an LSTM
+            # 1.15-1.24x (alternated runs; single pairs swing by 25 %), the deep ResNet 1.02x, 1.09x and 1.07x
+            # in three throughput tables (it was central by default until the last two).
+            central = self.device == "cuda" or (self.device == "auto" and _cuda_available())
             filled["inference"] = "central" if central and self.runtime == "local" and not self.deterministic else "actor"
         if self.normalize_observations == "auto":
             # Pong, Nature CNN, envpool, to 2.41M frames: -20.10 raw (the first convolution dead within the first

@@ -1,10 +1,10 @@
-"""The acting step: `Acting`'s preallocated MLP path against `act`, and sampling by the inverse CDF."""
+"""The acting step: `Acting`'s preallocated MLP path and small-grid CNN path against `act`, and sampling by the inverse CDF."""
 
 import pytest
 import torch
 
 from pronghorn.acting import Acting, act
-from pronghorn.models import Agent, sample_actions
+from pronghorn.models import Agent, SmallTorso, sample_actions
 
 
 def _inputs(b: int, seed: int, lstm: bool = False, core_size: int = 1):
@@ -59,6 +59,42 @@ def test_weights_loaded_into_the_agent_are_used_at_the_next_call():
     after = acting(obs, last_action, None, None, core, None, uniform)
     assert not torch.allclose(before, after[0].policy_logits)
     _same(after, act(other, obs, last_action, None, None, core, None, uniform))
+
+
+@torch.inference_mode()
+def test_the_small_grid_cnn_steps_through_its_torso_and_the_shared_heads():
+    torch.manual_seed(4)
+    agent = Agent((4, 10, 10), 3, model="small").eval()
+    acting = Acting(agent, max_rows=24)
+    assert acting._fast
+    g = torch.Generator().manual_seed(5)
+    # 8 rows take the im2col convolution, 24 oneDNN's (SmallTorso.forward): both as act computes them.
+    for b in (8, 24, 8):
+        obs = (torch.rand(b, 4, 10, 10, generator=g) < 0.2).to(torch.uint8)
+        last_action, core, uniform = torch.randint(0, 3, (b,), generator=g), agent.initial_state(b), torch.rand(b, 1, generator=g)
+        _same(acting(obs, last_action, None, None, core, None, uniform), act(agent, obs, last_action, None, None, core, None, uniform))
+        cut, final_obs = torch.tensor([0, b - 1]), (torch.rand(2, 4, 10, 10, generator=g) < 0.2).to(torch.uint8)
+        _same(
+            acting(obs, last_action, None, None, core, None, uniform, cut, final_obs),
+            act(agent, obs, last_action, None, None, core, None, uniform, cut, final_obs),
+        )
+
+
+def test_the_small_grid_cnn_s_two_convolutions_agree_forward_and_backward():
+    """A few grids take the im2col kernel, many oneDNN's: the same function, gradients included (a learner
+    batch of T x B <= 16 rows trains through the first)."""
+    torch.manual_seed(6)
+    torso = SmallTorso((4, 10, 10))
+    x = (torch.rand(16, 4, 10, 10) < 0.2).float()
+    few = torso(x)  # 16 rows: im2col
+    few.square().sum().backward()
+    grads = [p.grad.clone() for p in torso.parameters()]
+    torso.zero_grad()
+    many = torso(torch.cat([x, torch.zeros_like(x)]))[:16]  # 32 rows take oneDNN; the loss reads the first 16
+    many.square().sum().backward()
+    torch.testing.assert_close(few, many)
+    for got, p in zip(grads, torso.parameters()):
+        torch.testing.assert_close(got, p.grad)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "popart", "shallow"])

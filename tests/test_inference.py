@@ -108,7 +108,7 @@ def test_central_answers_equal_the_actors_own_agent_across_unrolls_and_episode_s
             assert any(u.core_state.abs().sum() > 0 for u in own[i][1:])
 
 
-def test_central_inference_refuses_what_it_cannot_do():
+def test_central_inference_refuses_what_it_cannot_do(monkeypatch):
     with pytest.raises(ConfigError, match="--deterministic needs --inference actor"):
         Config(inference="central", deterministic=True)
     with pytest.raises(ConfigError, match="--inference central runs with --runtime local"):
@@ -116,15 +116,21 @@ def test_central_inference_refuses_what_it_cannot_do():
     with pytest.raises(ConfigError, match="--inference-max-wait-ms"):
         Config(inference_max_wait_ms=-1)
     assert Config().for_observations((4,)).inference == "actor" or torch.cuda.is_available()
-    assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).inference == "central"
+    assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).inference == "actor"  # measured 1.02-1.09x faster on CPU
     assert Config(device="cpu", lstm=True).for_observations((4, 84, 84)).inference == "actor"  # the shallow CNN + LSTM: actors measured faster
     assert Config(device="cpu", lstm=True).for_observations((4,)).inference == "actor"  # the MLP's own copy is cheaper than the round trip
     assert Config(device="cpu", model="deep", deterministic=True).for_observations((4, 84, 84)).inference == "actor"
+    monkeypatch.setattr("pronghorn.config._cuda_available", lambda: True)  # a learner with CUDA batches every model there
+    assert Config(model="deep").for_observations((4, 84, 84)).inference == "central"
+    assert Config().for_observations((4,)).inference == "central"
+    assert Config(deterministic=True).for_observations((4,)).inference == "actor"
 
 
-def test_actors_yield_the_cores_to_the_learner_unless_the_server_waits_on_them():
+def test_actors_yield_the_cores_to_the_learner_unless_the_server_waits_on_them(monkeypatch):
     assert Config(device="cpu").for_observations((4,)).actor_nice == 10  # actor inference: the learner goes first
-    assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).actor_nice == 0  # auto chose central
+    assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).actor_nice == 10  # actor inference on CPU, whatever the model
+    monkeypatch.setattr("pronghorn.config._cuda_available", lambda: True)
+    assert Config(model="deep").for_observations((4, 84, 84)).actor_nice == 0  # auto chose central
     assert Config(inference="central").for_observations((4,)).actor_nice == 0
     assert Config(inference="central", actor_nice=5).for_observations((4,)).actor_nice == 5  # a flag given is kept
     with pytest.raises(ConfigError, match="--actor-nice is 20: use a niceness from 0"):

@@ -14,19 +14,14 @@ def test_cartpole_defaults_reach_450_within_500k_frames(tmp_path):
 
 @pytest.mark.learning
 def test_the_image_pipeline_learns_catch_on_pixels(tmp_path):
-    # uint8 frames -> standardised by running statistics (the image default) -> IMPALA's shallow CNN, a
-    # reward only at the episode's end 9 steps later: a regression in preprocessing, the statistics, time
-    # alignment, bootstrapping or the loss scale of the image path keeps this near a random policy's -0.6
-    # (CartPole's MLP path would not notice). Here: 215,680 frames to 0.6 standardised, 328,320 raw.
-    # IMPALA's paper settings are pinned: with the Atari defaults (T=5, tuned on Pong) Catch levels off
-    # near -0.2 within 500k frames, and this test guards the pipeline, not a tuning.
+    # uint8 frames -> standardised by running statistics -> IMPALA's shallow CNN, a reward only at the
+    # episode's end 9 steps later, with the image defaults (8 unrolls of T=20, RMSProp 7e-4): a regression in
+    # preprocessing, the statistics, time alignment, bootstrapping, the loss scale or the image defaults keeps
+    # this near a random policy's -0.6 (CartPole's MLP path would not notice). Here 94,720 frames to 0.6 (16 s);
+    # with IMPALA's 32 x 20 and 6e-4, pinned here before 2026-12-03, 215,680.
     cfg = pronghorn.Config(
         env="tests.catch_env:make_catch",
         model="shallow",
-        unroll_length=20,
-        batch_size=32,
-        learning_rate=6e-4,
-        rmsprop_eps=0.01,
         total_frames=500_000,
         stop_at_return=0.6,
         logdir=str(tmp_path / "catch"),
