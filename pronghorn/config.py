@@ -23,6 +23,7 @@ from pronghorn.config_checks import ConfigError as ConfigError
 from pronghorn.config_checks import check
 from pronghorn.config_checks import need as need
 from pronghorn.config_checks import resolved as resolved
+from pronghorn.defaults import observation_defaults
 
 _SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000, "b": 1_000_000_000}
 
@@ -36,16 +37,6 @@ def parse_count(text: str) -> int:
     if value != int(value):
         raise ConfigError(f"frame count {text!r} is not a whole number of frames")
     return int(value)
-
-
-# Vector observations: the batch and unroll CartPole's learning-rate schedule was tuned at, and its length.
-_MLP_BATCH, _MLP_UNROLL, _MLP_DECAY_FRAMES = 16, 20, 500_000
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def frame_count_flag(flag: str) -> Any:
@@ -109,16 +100,6 @@ RESUMABLE_CHANGES = frozenset(
         "eval_video",
     }
 )
-
-
-def resolve_torso(model: str, obs_shape: tuple[int, ...]) -> str:
-    """The torso `--model` names; `auto`: small grids (3-d, under 36 pixels a side) get the small CNN, images the
-    shallow CNN, vectors the MLP."""
-    if model != "auto":
-        return model
-    if len(obs_shape) == 3:
-        return "small" if max(obs_shape[1:]) < 36 else "shallow"
-    return "mlp"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,63 +264,8 @@ class Config:
         check(self)
 
     def for_observations(self, obs_shape: tuple[int, ...]) -> Config:
-        """This config with the defaults that depend on the observations filled in (and validated again).
-
-        Three kinds, by the torso that reads them (`resolve_torso`):
-          vectors (mlp)              16 envs per actor (cheap steps), IMPALA's unroll and epsilon, a larger rate decayed over 500k frames: CartPole
-          small grids (small)        IMPALA's Atari settings (batch 32 x T=20, 6e-4), constant rate: MinAtar
-          images (shallow/nature/deep) one actor's 8 unrolls of T=20 per update (~15.6K updates per 10M frames) and
-                                     A2C's RMSProp settings, constant rate
-        """
-        torso = resolve_torso(self.model, obs_shape)
-        defaults: dict[str, Any]
-        if torso == "mlp":
-            # 16 envs per actor amortise the per-step inference of cheap envs; 8 with replay, so that the
-            # default batch of 16 can be half replayed (a batch is whole actor unrolls, fresh or replayed).
-            # The rate's decay is filled in below, from the batch shape.
-            defaults = dict(
-                envs_per_actor=8 if self.replay_fraction else 16, batch_size=_MLP_BATCH, unroll_length=_MLP_UNROLL, learning_rate=3e-3, rmsprop_eps=0.01
-            )
-        elif torso == "small":
-            defaults = dict(envs_per_actor=8, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
-        else:
-            # Pong, Nature CNN, standardised observations, at 2.41M frames: +17.20 with 8 x 20 where 16 x 5 had
-            # -1.14 (seed 2; README, "Defaults by observation kind"). 16 with replay: half replayed, half fresh.
-            defaults = dict(
-                envs_per_actor=8, batch_size=16 if self.replay_fraction else 8, unroll_length=20, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0
-            )
-        envs_per_actor = self.envs_per_actor or defaults["envs_per_actor"]
-        if self.batch_size is None and defaults["batch_size"] % envs_per_actor:
-            # keep whole actor unrolls
-            defaults["batch_size"] = envs_per_actor * max(1, round(defaults["batch_size"] / envs_per_actor))
-        slots = defaults["batch_size"] // envs_per_actor
-        if self.batch_size is None and self.deterministic and slots % self.num_actors:
-            # lock-step takes as many unrolls from each actor: a whole number of unrolls per actor per batch
-            defaults["batch_size"] = envs_per_actor * self.num_actors * max(1, round(slots / self.num_actors))
-        filled = {name: value if getattr(self, name) is None else getattr(self, name) for name, value in defaults.items()}
-        if torso == "mlp" and self.lr_decay_frames is None:
-            # CartPole's schedule is tuned as 1,562 updates of 16 x 20: a larger batch decays over as many
-            # updates, not as many frames (over 500k frames, 128 x 20 reached rate 0 after 195 updates and stayed near 200).
-            filled["lr_decay_frames"] = _MLP_DECAY_FRAMES * filled["batch_size"] * filled["unroll_length"] // (_MLP_BATCH * _MLP_UNROLL)
-        if self.inference == "auto":
-            # Central inference pays a cross-process round trip per step (~0.1 ms here) to batch the model on
-            # the learner's device: worth it with an accelerator there. On CPU every model measured faster with
-            # the actors' own copies: the MLP 2.6-3.7x, MinAtar's CNN 1.4-2.1x, the shallow CNN with an LSTM
-            # 1.15-1.24x (alternated runs; single pairs swing by 25 %), the deep ResNet 1.02x, 1.09x and 1.07x
-            # in three throughput tables (it was central by default until the last two).
-            central = self.device == "cuda" or (self.device == "auto" and _cuda_available())
-            filled["inference"] = "central" if central and self.runtime == "local" and not self.deterministic else "actor"
-        if self.normalize_observations == "auto":
-            # Pong, Nature CNN, envpool, to 2.41M frames: -20.10 raw (the first convolution dead within the first
-            # updates), +1.62, +17.20 and -1.14 standardised (none of it dead); see README, "Observation
-            # statistics". Not the deep ResNet: its unnormalised residual sums of inputs up to 5 (not 1) made
-            # the loss non-finite within its first updates on Pong.
-            filled["normalize_observations"] = "on" if torso in ("shallow", "nature") else "off"
-        if self.actor_nice is None:
-            # Actor inference: actors only feed the learner, which should win the cores. Central: the server in
-            # the learner process answers each actor's step, so a slowed actor slows the server's batches too.
-            filled["actor_nice"] = 0 if filled.get("inference", self.inference) == "central" else 10
-        return dataclasses.replace(self, **filled)
+        """This config with the defaults that depend on the observations filled in (`defaults.py`) and validated again."""
+        return dataclasses.replace(self, **observation_defaults(self, obs_shape))
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Flags that differ from the run being resumed and would change its agent, data or objective."""

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pronghorn.config import resolve_torso
+from pronghorn.defaults import resolve_torso
 from pronghorn.obs_norm import ObservationNorm
 from pronghorn.popart import PopArtHead
 from pronghorn.records import AgentOutput

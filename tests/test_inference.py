@@ -120,7 +120,7 @@ def test_central_inference_refuses_what_it_cannot_do(monkeypatch):
     assert Config(device="cpu", lstm=True).for_observations((4, 84, 84)).inference == "actor"  # the shallow CNN + LSTM: actors measured faster
     assert Config(device="cpu", lstm=True).for_observations((4,)).inference == "actor"  # the MLP's own copy is cheaper than the round trip
     assert Config(device="cpu", model="deep", deterministic=True).for_observations((4, 84, 84)).inference == "actor"
-    monkeypatch.setattr("pronghorn.config._cuda_available", lambda: True)  # a learner with CUDA batches every model there
+    monkeypatch.setattr("pronghorn.defaults._cuda_available", lambda: True)  # a learner with CUDA batches every model there
     assert Config(model="deep").for_observations((4, 84, 84)).inference == "central"
     assert Config().for_observations((4,)).inference == "central"
     assert Config(deterministic=True).for_observations((4,)).inference == "actor"
@@ -129,7 +129,7 @@ def test_central_inference_refuses_what_it_cannot_do(monkeypatch):
 def test_actors_yield_the_cores_to_the_learner_unless_the_server_waits_on_them(monkeypatch):
     assert Config(device="cpu").for_observations((4,)).actor_nice == 10  # actor inference: the learner goes first
     assert Config(device="cpu", model="deep").for_observations((4, 84, 84)).actor_nice == 10  # actor inference on CPU, whatever the model
-    monkeypatch.setattr("pronghorn.config._cuda_available", lambda: True)
+    monkeypatch.setattr("pronghorn.defaults._cuda_available", lambda: True)
     assert Config(model="deep").for_observations((4, 84, 84)).actor_nice == 0  # auto chose central
     assert Config(inference="central").for_observations((4,)).actor_nice == 0
     assert Config(inference="central", actor_nice=5).for_observations((4,)).actor_nice == 5  # a flag given is kept
