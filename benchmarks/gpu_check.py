@@ -8,7 +8,8 @@ staging copy is no copy at all and the overlap is reported as null.
                   the device (step_ms), and updates fed through Staging, which copies batch k+1 on a side
                   stream while batch k trains (step_with_staging_ms): copy_hidden = (step + copy -
                   with_staging) / copy, 1.0 when the copy is hidden completely.
-  learner         updates/s and frames/s of the learner alone, shallow and deep (Pong batch: the image defaults, 8 x T=20 x 4x84x84).
+  learner         updates/s and frames/s of the learner alone, shallow and deep (Pong batch: the image defaults, 8 x T=20 x 4x84x84),
+                  and step_ms_bf16: the same update with --learner-precision bf16.
   end_to_end      training frames/s of `pronghorn train` on Pong (envpool), shallow and deep, with actor and
                   central inference, actors = cores - 2.
   envpool_raw     envpool Pong stepped with random actions on every core (the environment's own limit).
@@ -17,6 +18,7 @@ staging copy is no copy at all and the overlap is reported as null.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import queue
@@ -93,6 +95,9 @@ def learner_and_staging(model: str, device: torch.device, seconds: float) -> dic
         staged_s = timed(lambda: learner.step(staging.next().data), seconds / 3)
     finally:
         staging.close()
+    # The same update with the products in bfloat16 (--learner-precision bf16; a fresh copy of the agent).
+    bf16 = Learner(dataclasses.replace(cfg, learner_precision="bf16"), build_agent(cfg, OBS, 6).to(device), 4)
+    bf16_s = timed(lambda: bf16.step(on_device), seconds / 3)
     frames = T * cfg.batch_size * 4
     return {
         "model": model,
@@ -102,6 +107,7 @@ def learner_and_staging(model: str, device: torch.device, seconds: float) -> dic
         "step_with_staging_ms": round(1000 * staged_s, 3),
         "copy_hidden": round((step_s + copy_s - staged_s) / copy_s, 3) if copy_s > 0 else None,
         "updates_per_s": round(1 / step_s, 1),
+        "step_ms_bf16": round(1000 * bf16_s, 3),
         "learner_frames_per_s": round(frames / step_s),
     }
 

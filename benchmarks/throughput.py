@@ -82,9 +82,15 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "pong-envpool-best": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32),
     "pong-envpool-e32-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=32, batch_size=64),
     "pong-envpool-e16-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=64),
+    # The learner's products in bfloat16 (AVX512-BF16 here): the same env and batch as pong-envpool(-best).
+    "pong-envpool-bf16": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", learner_precision="bf16"),
+    "pong-envpool-best-bf16": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32, learner_precision="bf16"),
+    "pong-nature": dict(env="ALE/Pong-v5", env_backend="envpool", model="nature", sticky_actions=0.0),  # peer.py's Pong command
+    "pong-nature-bf16": dict(env="ALE/Pong-v5", env_backend="envpool", model="nature", sticky_actions=0.0, learner_precision="bf16"),
     "pong-gymnasium": dict(env="ALE/Pong-v5", env_backend="gymnasium", model="shallow"),
     "pong-lstm": dict(env="ALE/Pong-v5", model="shallow", lstm=True),
     "pong-deep": dict(env="ALE/Pong-v5", model="deep"),
+    "pong-deep-bf16": dict(env="ALE/Pong-v5", model="deep", learner_precision="bf16"),
 }
 DEFAULT_SETTINGS = [
     "cartpole",
@@ -271,7 +277,9 @@ def main() -> None:
         costs = {k: (before[k] + after[k]) / 2 for k in before}
         limit = cores / sum(costs.values())
         limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
-        shape = f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
+        shape = f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference" + (
+            ", bf16 learner" if cfg.learner_precision == "bf16" else ""
+        )
         line = (
             f"{name:22s} {shape} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())

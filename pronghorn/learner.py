@@ -44,6 +44,7 @@ class Learner:
             )
             if cfg.rmsprop_init:
                 self._start_square_averages(cfg.rmsprop_init)
+        self.bf16 = cfg.learner_precision == "bf16"
         self.frames = 0
         self.steps = 0  # updates done; also the version of the weights published after each update
         self.skipped_updates = 0  # non-finite loss or gradient: not applied
@@ -78,8 +79,12 @@ class Learner:
         probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
         if probe:
             self.dead_units.arm()
-        # The batch's actions were chosen by the actors: this pass chooses none.
-        all_logits, all_values, _ = self.agent.logits_and_values(batch.obs, batch.last_action, reward, done, batch.core_state)
+        # The batch's actions were chosen by the actors: this pass chooses none. --learner-precision bf16:
+        # the products run in bfloat16 (autocast keeps fp32 weights); what comes out is fp32 again before
+        # V-trace, whose importance ratios compare it with the actors' fp32 logits.
+        with torch.autocast(self.flat.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            all_logits, all_values, _ = self.agent.logits_and_values(batch.obs, batch.last_action, reward, done, batch.core_state)
+        all_logits, all_values = all_logits.float(), all_values.float()
 
         if probe:
             self.dead = self.dead_units.read()

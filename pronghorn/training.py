@@ -169,9 +169,23 @@ def _make_runtime(cfg: Config, spec: EnvSpec, num_params: int, core_size: int, d
     return LocalRuntime(cfg, spec, num_params, core_size, device)
 
 
+def _cpu_has_bf16() -> bool:
+    """Whether oneDNN runs bfloat16 natively on this CPU (PyTorch's own check; private, so a missing one counts as yes)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True
+
+
 def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None, resumed_from: str | None) -> Learner:
     """The learner over `agent`, restored from `saved` when resuming."""
     learner = Learner(cfg, agent, spec.frames_per_step)
+    if learner.bf16 and learner.flat.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError("--learner-precision bf16: this GPU has no bfloat16 (compute capability 8.0 or later has it): use --learner-precision fp32")
+    if learner.bf16 and learner.flat.device.type == "cpu" and not _cpu_has_bf16():
+        log.warning(
+            "--learner-precision bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX), so the learner's products run emulated and slower than fp32; use --learner-precision fp32 here"
+        )
     if saved is not None:
         try:
             learner.load_state_dict(saved["learner"])
