@@ -17,7 +17,8 @@ Settings (same network on both sides):
   pong      Pong, the Nature CNN (pronghorn --model nature; Sample Factory convnet_atari), no RNN,
             2 workers/actors x 8 envs (Sample Factory: 8 minibatches of 256 per rollout of 2,048 steps, as
             its sample/train ratio must be whole). Sample Factory plays PongNoFrameskip-v4 with its own wrappers,
-            pronghorn ALE/Pong-v5 through envpool with --sticky-actions 0 (v4 has no sticky actions).
+            pronghorn ALE/Pong-v5 through envpool with --sticky-actions 0 (v4 has no sticky actions), with
+            its defaults and with --learner-precision bf16.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ SETTINGS = {
             "--num_batches_per_epoch",
             "8",
         ],
-        pronghorn={"defaults": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0"]},
+        pronghorn={
+            "defaults": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0"],
+            "bf16 learner": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0", "--learner-precision", "bf16"],
+        },
     ),
 }
 
