@@ -41,6 +41,9 @@ from timed_run import steady_fps, train_for  # noqa: E402
 
 PINS = ["torch==2.13.0", "sample-factory==2.1.1", "ale-py<0.10"]  # ale-py 0.9 is the last for gymnasium 0.29
 
+# pronghorn's side of the Pong comparison: the same network, envs and actions as Sample Factory's.
+_PONG = ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0"]
+
 SETTINGS = {
     "cartpole": dict(
         sf=["-m", "sf_examples.train_gym_env", "--env", "CartPole-v1", "--encoder_mlp_layers", "64", "64", "--num_envs_per_worker", "16"],
@@ -64,10 +67,7 @@ SETTINGS = {
             "--num_batches_per_epoch",
             "8",
         ],
-        pronghorn={
-            "defaults": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0"],
-            "bf16 learner": ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", "nature", "--sticky-actions", "0", "--learner-precision", "bf16"],
-        },
+        pronghorn={"defaults": _PONG, "bf16 learner": [*_PONG, "--learner-precision", "bf16"]},
     ),
 }
 

@@ -177,15 +177,21 @@ def _cpu_has_bf16() -> bool:
         return True
 
 
-def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None, resumed_from: str | None) -> Learner:
-    """The learner over `agent`, restored from `saved` when resuming."""
-    learner = Learner(cfg, agent, spec.frames_per_step)
-    if learner.bf16 and learner.flat.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+def _check_precision(cfg: Config, device: torch.device) -> None:
+    """--learner-precision bf16 on this device: refused on a GPU without bf16, warned about on a CPU without it."""
+    if cfg.learner_precision != "bf16":
+        return
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("--learner-precision bf16: this GPU has no bfloat16 (compute capability 8.0 or later has it): use --learner-precision fp32")
-    if learner.bf16 and learner.flat.device.type == "cpu" and not _cpu_has_bf16():
+    if device.type == "cpu" and not _cpu_has_bf16():
         log.warning(
             "--learner-precision bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX), so the learner's products run emulated and slower than fp32; use --learner-precision fp32 here"
         )
+
+
+def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None, resumed_from: str | None) -> Learner:
+    """The learner over `agent`, restored from `saved` when resuming."""
+    learner = Learner(cfg, agent, spec.frames_per_step)
     if saved is not None:
         try:
             learner.load_state_dict(saved["learner"])
@@ -233,6 +239,7 @@ def train(cfg: Config) -> TrainResult:
         # Only when it changes something: the call imports torch._dynamo, about 2 s of every start-up.
         torch.use_deterministic_algorithms(cfg.deterministic)
     device = resolve_device(cfg.device)
+    _check_precision(cfg, device)  # before any actor starts
     try:
         agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
     except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash

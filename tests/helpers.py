@@ -80,24 +80,27 @@ def run_cli(args, timeout: float = 300):
     return proc, out, err
 
 
-def synthetic_batches(n, T=5, B=4, seed=0):
-    """Random time-major CartPole-shaped batches [T+1, B] for learner tests (10% episode ends)."""
+def synthetic_batches(n, T=5, B=4, seed=0, obs_shape=(4,), obs_dtype=None, num_actions=2, core_size=0):
+    """Random time-major batches [T+1, B] for learner tests (10% episode ends); CartPole-shaped by default.
+    uint8 observations (images) are uniform over 0..255."""
     import numpy as np
     import torch
 
     from pronghorn.records import Unroll, unroll_spec
 
     g = torch.Generator().manual_seed(seed)
-    spec = unroll_spec(T, B, (4,), np.float32, 2, 0)
+    spec = unroll_spec(T, B, obs_shape, obs_dtype or np.float32, num_actions, core_size)
     out = []
     for _ in range(n):
         fields = {}
         for name, (shape, dtype) in zip(Unroll._fields, spec):
             t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
-            if t.is_floating_point():
+            if t.dtype == torch.uint8:
+                t.random_(0, 256, generator=g)
+            elif t.is_floating_point():
                 t.normal_(generator=g)
             fields[name] = t
-        fields["action"] = torch.randint(0, 2, fields["action"].shape, generator=g)
+        fields["action"] = torch.randint(0, num_actions, fields["action"].shape, generator=g)
         fields["terminated"] = torch.rand(fields["terminated"].shape, generator=g) < 0.1
         out.append(Unroll(**fields))
     return out

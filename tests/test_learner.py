@@ -76,32 +76,16 @@ def test_rmsprop_init_sets_the_size_of_the_first_steps():
     assert moved.abs().max() < lr * grads.abs().max() * 1.01
 
 
-def _image_batch(T: int, B: int, num_actions: int, core_size: int):
-    import numpy as np
-
-    from pronghorn.records import Unroll, unroll_spec
-
-    g = torch.Generator().manual_seed(0)
-    fields = []
-    for shape, dtype in unroll_spec(T, B, (4, 84, 84), np.uint8, num_actions, core_size):
-        t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
-        if t.dtype == torch.uint8:
-            t.random_(0, 256, generator=g)
-        elif t.is_floating_point():
-            t.normal_(generator=g)
-        fields.append(t)
-    batch = Unroll(*fields)
-    return batch._replace(action=torch.randint(0, num_actions, batch.action.shape, generator=g), policy_version=batch.policy_version.zero_())
-
-
 def test_bf16_learner_runs_the_torso_in_bfloat16_and_updates_like_fp32():
     import dataclasses
+
+    import numpy as np
 
     for lstm in (False, True):
         cfg = Config(env="ALE/Pong-v5", model="shallow", lstm=lstm).for_observations((4, 84, 84))
         torch.manual_seed(0)
         agent = Agent((4, 84, 84), 6, model="shallow", lstm=lstm, normalize_observations=True)
-        batch = _image_batch(3, 2, 6, agent.core_size)
+        (batch,) = synthetic_batches(1, T=3, B=2, obs_shape=(4, 84, 84), obs_dtype=np.uint8, num_actions=6, core_size=agent.core_size)
         start = torch.nn.utils.parameters_to_vector(agent.parameters()).detach().clone()
         seen, result = {}, {}
         for precision in ("fp32", "bf16"):
@@ -118,15 +102,17 @@ def test_bf16_learner_runs_the_torso_in_bfloat16_and_updates_like_fp32():
 
 def test_bf16_on_a_cpu_without_native_bfloat16_is_warned_about(monkeypatch, caplog):
     import logging
-    import types
 
     from pronghorn import training
 
     cfg = Config(learner_precision="bf16").for_observations((4,))
-    spec = types.SimpleNamespace(frames_per_step=1)
     for native, warned in ((True, False), (False, True)):
         monkeypatch.setattr(training, "_cpu_has_bf16", lambda native=native: native)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="pronghorn"):
-            training._build_learner(cfg, Agent((4,), 2), spec, None, None)  # type: ignore[arg-type]
+            training._check_precision(cfg, torch.device("cpu"))
         assert any("no native bfloat16" in r.getMessage() for r in caplog.records) == warned
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pronghorn"):
+        training._check_precision(Config().for_observations((4,)), torch.device("cpu"))  # fp32: nothing to check
+    assert not caplog.records
