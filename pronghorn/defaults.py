@@ -4,7 +4,8 @@ observation's shape is known (`Config.for_observations`).
 Three kinds, by the torso that reads the observations (`resolve_torso`):
   vectors (mlp)                16 envs per actor (cheap steps), IMPALA's unroll and epsilon, a larger rate
                                decayed over 500k frames: CartPole
-  small grids (small)          IMPALA's Atari settings (batch 32 x T=20, 6e-4), constant rate: MinAtar
+  small grids (small)          IMPALA's Atari settings (batch 32 x T=20, 6e-4), constant rate, 32 envs per
+                               actor: MinAtar
   images (shallow/nature/deep) one actor's 8 unrolls of T=20 per update (~15.6K updates per 10M frames) and
                                A2C's RMSProp settings, constant rate
 A flag the user gave always wins; only fields left at None (or `auto`) are filled in.
@@ -45,7 +46,10 @@ def _by_torso(cfg: Config, torso: str) -> dict[str, Any]:
         # The rate's decay is filled in by `observation_defaults`, from the batch shape.
         return dict(envs_per_actor=8 if cfg.replay_fraction else 16, batch_size=_MLP_BATCH, unroll_length=_MLP_UNROLL, learning_rate=3e-3, rmsprop_eps=0.01)
     if torso == "small":
-        return dict(envs_per_actor=8, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
+        # IMPALA's batch of 32 unrolls, all from one actor's 32 envs: MinAtar Breakout trains ~1.4x faster than
+        # with 4 unrolls of 8 envs and learned as well (README, "Cheap environments"); 8 with replay, so that
+        # the batch can be half replayed.
+        return dict(envs_per_actor=8 if cfg.replay_fraction else 32, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
     # Pong, Nature CNN, standardised observations, at 2.41M frames: +17.20 with 8 x 20 where 16 x 5 had
     # -1.14 (seed 2; README, "Defaults by observation kind"). 16 with replay: half replayed, half fresh.
     return dict(envs_per_actor=8, batch_size=16 if cfg.replay_fraction else 8, unroll_length=20, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0)

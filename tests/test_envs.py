@@ -204,6 +204,8 @@ def test_envs_per_actor_defaults_by_observation_kind():
     assert Config().for_observations((4,)).envs == 16  # vectors: cheap steps, more envs per actor
     assert Config(replay_fraction=0.5).for_observations((4,)).envs == 8  # a batch of 16 can be half replayed
     assert Config(env="ALE/Pong-v5").for_observations((4, 84, 84)).envs == 8
+    assert Config(env="MinAtar/Breakout-v0").for_observations((4, 10, 10)).envs == 32  # small grids: one unroll is the batch
+    assert Config(env="MinAtar/Breakout-v0", replay_fraction=0.5).for_observations((4, 10, 10)).envs == 8  # half of 32 replayed
     assert Config(envs_per_actor=4).for_observations((4,)).envs == 4
     with pytest.raises(ValueError, match="unresolved"):
         Config().envs  # noqa: B018  (the property raises before for_observations)

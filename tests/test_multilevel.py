@@ -147,6 +147,10 @@ def test_three_levels_train_with_rows_tags_and_figures_for_each(tmp_path):
             THREE,
             "--num-actors",
             "2",
+            # Freeway's games last 2,500 steps: 16 envs take ~6,000 steps each in 100k frames, so every level
+            # ends games (the default 32 per actor would take ~1,560 each and end no Freeway game).
+            "--envs-per-actor",
+            "8",
             "--total-frames",
             "100k",
             "--logdir",
