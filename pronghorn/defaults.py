@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 # Vector observations: the batch and unroll CartPole's learning-rate schedule was tuned at, and its length.
 _MLP_BATCH, _MLP_UNROLL, _MLP_DECAY_FRAMES = 16, 20, 500_000
+# Envs per actor with --replay-fraction, whatever the observations (see observation_defaults).
+_REPLAY_ENVS = 8
 
 
 def _cuda_available() -> bool:
@@ -41,15 +43,13 @@ def resolve_torso(model: str, obs_shape: tuple[int, ...]) -> str:
 def _by_torso(cfg: Config, torso: str) -> dict[str, Any]:
     """The batch shape and optimiser settings each kind of observation starts from."""
     if torso == "mlp":
-        # 16 envs per actor amortise the per-step inference of cheap envs; 8 with replay, so that the
-        # default batch of 16 can be half replayed (a batch is whole actor unrolls, fresh or replayed).
-        # The rate's decay is filled in by `observation_defaults`, from the batch shape.
-        return dict(envs_per_actor=8 if cfg.replay_fraction else 16, batch_size=_MLP_BATCH, unroll_length=_MLP_UNROLL, learning_rate=3e-3, rmsprop_eps=0.01)
+        # 16 envs per actor amortise the per-step inference of cheap envs. The rate's decay is filled in by
+        # `observation_defaults`, from the batch shape.
+        return dict(envs_per_actor=16, batch_size=_MLP_BATCH, unroll_length=_MLP_UNROLL, learning_rate=3e-3, rmsprop_eps=0.01)
     if torso == "small":
         # IMPALA's batch of 32 unrolls, all from one actor's 32 envs: MinAtar Breakout trains ~1.4x faster than
-        # with 4 unrolls of 8 envs and learned as well (README, "Cheap environments"); 8 with replay, so that
-        # the batch can be half replayed.
-        return dict(envs_per_actor=8 if cfg.replay_fraction else 32, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
+        # with 4 unrolls of 8 envs and learned as well (README, "Cheap environments").
+        return dict(envs_per_actor=32, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
     # Pong, Nature CNN, standardised observations, at 2.41M frames: +17.20 with 8 x 20 where 16 x 5 had
     # -1.14 (seed 2; README, "Defaults by observation kind"). 16 with replay: half replayed, half fresh.
     return dict(envs_per_actor=8, batch_size=16 if cfg.replay_fraction else 8, unroll_length=20, learning_rate=7e-4, rmsprop_eps=1e-5, lr_decay_frames=0)
@@ -59,6 +59,10 @@ def observation_defaults(cfg: Config, obs_shape: tuple[int, ...]) -> dict[str, A
     """The values to fill into `cfg` for observations of this shape (fields the user set are kept)."""
     torso = resolve_torso(cfg.model, obs_shape)
     defaults = _by_torso(cfg, torso)
+    if cfg.replay_fraction:
+        # A batch is whole actor unrolls, fresh or replayed: with 8 envs per actor every default batch (16, 32)
+        # can be half replayed and still take whole fresh unrolls.
+        defaults["envs_per_actor"] = _REPLAY_ENVS
     envs_per_actor = cfg.envs_per_actor or defaults["envs_per_actor"]
     if cfg.batch_size is None and defaults["batch_size"] % envs_per_actor:
         # keep whole actor unrolls
