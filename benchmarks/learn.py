@@ -7,7 +7,8 @@
 
 Each entry runs `pronghorn train` once per seed into runs/learn/<entry>/seed<k>/<env>; a finished run is
 reused, not retrained (delete its folder to retrain). The table, rewritten after every call, covers every
-entry with a finished run, not only the ones just trained. It gives the mean return of each run's last
+entry with a finished run, not only the ones just trained; an entry with none keeps its row and figure from
+the previous report, marked † (so rerunning a few entries in a fresh checkout does not drop the rest). It gives the mean return of each run's last
 100 games at the end of its budget, the published figure it is compared with, and where that comes from;
 the figure draws every entry's seeds as mean and min-max band (`pronghorn plot`).
 """
@@ -149,13 +150,40 @@ def run_all(jobs: list[tuple[Entry, int]], parallel: int) -> None:
             )
 
 
+KEPT = "†"  # marks a row copied from the previous report: its runs are not in this checkout's runs/learn
+
+
+def previous_rows(path: str) -> dict[str, str]:
+    """The previous report's table rows by entry name (a suite that reruns some entries keeps the others)."""
+    if not os.path.exists(path):
+        return {}
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.split("|")]
+            if len(cells) > 3 and cells[1] and not cells[1].startswith(("entry", "---")):
+                rows[cells[1].rstrip(KEPT).strip()] = line.rstrip("\n")
+    return rows
+
+
 def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
     lines = [
         "| entry | env | frames | " + " | ".join(f"seed {s}" for s in seeds) + " | target | published |",
         "|---|---|---|" + "---|" * len(seeds) + "---|---|",
     ]
     figures = []
-    for entry in entries:
+    kept = previous_rows(os.path.join(out_dir, "learn_results.md"))
+    for entry in SUITE:
+        if entry not in entries:
+            # Not trained here: the previous report's row and figure stay, marked, rather than vanish.
+            if entry.name in kept:
+                old = kept[entry.name].split("|")
+                old[1] = f" {entry.name} {KEPT} "
+                lines.append("|".join(old))
+                png = os.path.join(out_dir, f"learn_{entry.name}.png")
+                if os.path.exists(png):
+                    figures.append(f"![{entry.name}: mean and min-max band over seeds]({os.path.relpath(png, out_dir)})")
+            continue
         cells = []
         for seed in seeds:
             path = logdir(entry, seed)
@@ -168,7 +196,12 @@ def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
             plot = [sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png, "--reference", PUBLISHED]  # dashed: Dopamine's curves
             subprocess.run(plot, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             figures.append(f"![{entry.name}: mean and min-max band over seeds]({os.path.relpath(png, out_dir)})")
-    table = "\n".join(lines) + "\n\n" + "\n\n".join(figures) + "\n"
+    note = (
+        f"\n\n{KEPT} copied from the previous report: not retrained with the code and defaults of the other rows.\n"
+        if any(KEPT in line for line in lines)
+        else "\n"
+    )
+    table = "\n".join(lines) + note + "\n" + "\n\n".join(figures) + "\n"
     with open(os.path.join(out_dir, "learn_results.md"), "w") as f:
         f.write("# Learning suite (benchmarks/learn.py)\n\nMean return of the last 100 games at the end of each budget.\n\n" + table)
     return table
