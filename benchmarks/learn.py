@@ -172,35 +172,32 @@ def report(entries: list[Entry], seeds: list[int], out_dir: str) -> str:
         "|---|---|---|" + "---|" * len(seeds) + "---|---|",
     ]
     figures = []
-    kept = previous_rows(os.path.join(out_dir, "learn_results.md"))
+    previous = previous_rows(os.path.join(out_dir, "learn_results.md"))
+    kept = 0  # rows copied from the previous report
     for entry in SUITE:
-        if entry not in entries:
+        png = os.path.join(out_dir, f"learn_{entry.name}.png")
+        if entry in entries:
+            cells = []
+            for seed in seeds:
+                path = logdir(entry, seed)
+                cells.append(f"{last_100(path)[0]:.2f}" if finished(path) else "not run")
+            target = "" if entry.target is None else f"{entry.target:g}"
+            lines.append(f"| {entry.name} | {entry.env} | {entry.frames} | " + " | ".join(cells) + f" | {target} | {entry.reference} |")
+            runs = [logdir(entry, s) for s in seeds if finished(logdir(entry, s))]
+            if runs:
+                plot = [sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png, "--reference", PUBLISHED]  # dashed: Dopamine's curves
+                subprocess.run(plot, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        elif entry.name in previous:
             # Not trained here: the previous report's row and figure stay, marked, rather than vanish.
-            if entry.name in kept:
-                old = kept[entry.name].split("|")
-                old[1] = f" {entry.name} {KEPT} "
-                lines.append("|".join(old))
-                png = os.path.join(out_dir, f"learn_{entry.name}.png")
-                if os.path.exists(png):
-                    figures.append(f"![{entry.name}: mean and min-max band over seeds]({os.path.relpath(png, out_dir)})")
+            old = previous[entry.name].split("|")
+            old[1] = f" {entry.name} {KEPT} "
+            lines.append("|".join(old))
+            kept += 1
+        else:
             continue
-        cells = []
-        for seed in seeds:
-            path = logdir(entry, seed)
-            cells.append(f"{last_100(path)[0]:.2f}" if finished(path) else "not run")
-        target = "" if entry.target is None else f"{entry.target:g}"
-        lines.append(f"| {entry.name} | {entry.env} | {entry.frames} | " + " | ".join(cells) + f" | {target} | {entry.reference} |")
-        runs = [logdir(entry, s) for s in seeds if finished(logdir(entry, s))]
-        if runs:
-            png = os.path.join(out_dir, f"learn_{entry.name}.png")
-            plot = [sys.executable, "-m", "pronghorn.cli", "plot", *runs, "-o", png, "--reference", PUBLISHED]  # dashed: Dopamine's curves
-            subprocess.run(plot, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        if os.path.exists(png):
             figures.append(f"![{entry.name}: mean and min-max band over seeds]({os.path.relpath(png, out_dir)})")
-    note = (
-        f"\n\n{KEPT} copied from the previous report: not retrained with the code and defaults of the other rows.\n"
-        if any(KEPT in line for line in lines)
-        else "\n"
-    )
+    note = f"\n\n{KEPT} copied from the previous report: not retrained with the code and defaults of the other rows.\n" if kept else "\n"
     table = "\n".join(lines) + note + "\n" + "\n\n".join(figures) + "\n"
     with open(os.path.join(out_dir, "learn_results.md"), "w") as f:
         f.write("# Learning suite (benchmarks/learn.py)\n\nMean return of the last 100 games at the end of each budget.\n\n" + table)
