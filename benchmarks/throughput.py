@@ -71,6 +71,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole-1x16": dict(env="CartPole-v1", num_actors=1),  # the defaults' batch shape, one actor process
     "cartpole-1x32": dict(env="CartPole-v1", num_actors=1, envs_per_actor=32, batch_size=32),
     "cartpole-1x256-b512": dict(env="CartPole-v1", num_actors=1, envs_per_actor=256, batch_size=512),
+    # --compile-learner beside the same settings without it (README: "The learner compiled").
+    "cartpole-compiled": dict(env="CartPole-v1", compile_learner=True),
+    "cartpole-best-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, compile_learner=True),
+    "minatar-breakout-compiled": dict(env="MinAtar/Breakout-v0", compile_learner=True),
+    "pong-envpool-compiled": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", compile_learner=True),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),  # the defaults: one unroll of 32 envs per batch of 32
     # The fastest of E=32/B=64, E=64/B=64, A=1 E=64/B=64 and E=64/B=128 in one run (2026-12-03): 34,733, 38,374, 37,952, 34,551 fps.
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
@@ -280,8 +285,10 @@ def main() -> None:
         costs = {k: (before[k] + after[k]) / 2 for k in before}
         limit = cores / sum(costs.values())
         limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
-        shape = f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference" + (
-            ", bf16 learner" if cfg.learner_precision == "bf16" else ""
+        shape = (
+            f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
+            + (", bf16 learner" if cfg.learner_precision == "bf16" else "")
+            + (", compiled learner" if cfg.compile_learner else "")
         )
         line = (
             f"{name:22s} {shape} | core-us/frame: "

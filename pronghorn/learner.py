@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -15,6 +16,16 @@ from pronghorn.models import Agent
 from pronghorn.records import Unroll
 
 _DEAD_UNITS_EVERY = 10  # updates between two readings of the dead-unit fractions
+
+
+class _Terms(NamedTuple):
+    """What one update's forward pass and loss terms hand to the backward pass and the metrics."""
+
+    total: torch.Tensor  # the loss to differentiate
+    scalars: torch.Tensor  # [6] detached: total, pg, baseline, entropy terms, the negative entropy, mean value
+    vs: torch.Tensor  # [T, B] V-trace value targets (PopArt's statistics follow them)
+    abs_advantages: torch.Tensor  # [T, B] |policy-gradient advantages| (replay priorities)
+    replay_metrics: dict[str, float]
 
 
 class Learner:
@@ -54,6 +65,9 @@ class Learner:
         self.dead_units = DeadUnits(agent.torso)
         self.dead: dict[str, float] = {}
         self.abs_advantages = torch.zeros(0)  # [T, B] of the last step: replay priorities are made from it
+        # --compile-learner: the shapes never change within a run (dynamic=False), so one graph serves every
+        # update (two while replay's ring fills and batches are still all fresh).
+        self._compiled_losses = torch.compile(self._losses, dynamic=False) if cfg.compile_learner else self._losses
 
     def learning_rate(self) -> float:
         """Constant, or linear from --learning-rate to 0 over --lr-decay-frames (never tied to the budget)."""
@@ -61,24 +75,11 @@ class Learner:
             return self.base_lr
         return self.base_lr * max(0.0, 1.0 - self.frames / self.lr_decay_frames)
 
-    def step(self, batch: Unroll, fresh: int = -1, weights: torch.Tensor | None = None, count: bool = True) -> dict[str, float]:
-        """One update on a time-major batch [T+1, B, ...]; returns its metrics.
+    def _losses(self, batch: Unroll, reward: torch.Tensor, done: torch.Tensor, fresh: int, weights: torch.Tensor | None) -> _Terms:
+        """The forward pass, V-trace and the loss terms of one update (what --compile-learner compiles).
 
-        fresh: columns [0, fresh) came from the actors, the rest from replay (-1: all fresh). Only fresh
-        columns count as frames and policy lag. weights: [B] importance weights of prioritized replay.
-        count: False for a second pass over the same batch (--updates-per-batch): its frames are counted once."""
+        reward: the batch's clipped rewards [T+1, B]; done: terminated or truncated [T+1, B]."""
         cfg = self.cfg
-        fresh = batch.action.shape[1] if fresh < 0 else fresh
-        done = batch.terminated | batch.truncated
-        reward = clip_rewards(batch.reward, cfg.reward_clipping)
-        if self.agent.obs_norm is not None and count:
-            # Before the forward pass, so this update already sees statistics that include its batch. Row T
-            # is row 0 of the actor's next unroll: left out, so no observation counts twice; replayed
-            # columns were counted when they were fresh, and a second pass (count=False) adds nothing.
-            self.agent.obs_norm.update(batch.obs[:-1, :fresh])
-        probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
-        if probe:
-            self.dead_units.arm()
         # The batch's actions were chosen by the actors: this pass chooses none. --learner-precision bf16:
         # the products run in bfloat16 (autocast keeps fp32 weights); what comes out is fp32 again before
         # V-trace, whose importance ratios compare it with the actors' fp32 logits.
@@ -86,8 +87,6 @@ class Learner:
             all_logits, all_values, _ = self.agent.logits_and_values(batch.obs, batch.last_action, reward, done, batch.core_state)
         all_logits, all_values = all_logits.float(), all_values.float()
 
-        if probe:
-            self.dead = self.dead_units.read()
         # Row T is seen only to bootstrap: its action is paid in the next unroll.
         bootstrap_value = all_values[-1]
         # Env data of row t+1 belongs to the transition taken at row t, so it is shifted by one here.
@@ -107,7 +106,6 @@ class Learner:
             bootstrap_value=bootstrap_value,
             lambda_=cfg.vtrace_lambda,
         )
-        self.abs_advantages = vt.pg_advantages.detach().abs()
         replay_metrics: dict[str, float] = {}
         pg_weights = weights
         if cfg.replay_fraction:
@@ -126,6 +124,35 @@ class Learner:
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
+        scalars = torch.stack([total, pg, bl, ent, neg_entropy, values.mean()]).detach()
+        return _Terms(total, scalars, vt.vs.detach(), vt.pg_advantages.detach().abs(), replay_metrics)
+
+    def step(self, batch: Unroll, fresh: int = -1, weights: torch.Tensor | None = None, count: bool = True) -> dict[str, float]:
+        """One update on a time-major batch [T+1, B, ...]; returns its metrics.
+
+        fresh: columns [0, fresh) came from the actors, the rest from replay (-1: all fresh). Only fresh
+        columns count as frames and policy lag. weights: [B] importance weights of prioritized replay.
+        count: False for a second pass over the same batch (--updates-per-batch): its frames are counted once."""
+        cfg = self.cfg
+        fresh = batch.action.shape[1] if fresh < 0 else fresh
+        done = batch.terminated | batch.truncated
+        reward = clip_rewards(batch.reward, cfg.reward_clipping)
+        if self.agent.obs_norm is not None and count:
+            # Before the forward pass, so this update already sees statistics that include its batch. Row T
+            # is row 0 of the actor's next unroll: left out, so no observation counts twice; replayed
+            # columns were counted when they were fresh, and a second pass (count=False) adds nothing.
+            self.agent.obs_norm.update(batch.obs[:-1, :fresh])
+        probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
+        if probe:
+            # The probe's forward hooks call .item(): this pass runs eagerly, uncompiled, once in ten updates.
+            self.dead_units.arm()
+            terms = self._losses(batch, reward, done, fresh, weights)
+            self.dead = self.dead_units.read()
+        else:
+            terms = self._compiled_losses(batch, reward, done, fresh, weights)
+        total, vs, popart, level = terms.total, terms.vs, self.agent.popart, batch.level[0]
+        self.abs_advantages = terms.abs_advantages
+        replay_metrics = terms.replay_metrics
 
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
@@ -140,8 +167,8 @@ class Learner:
         lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
         # Every scalar this step reports, read from the device in one transfer: the step's only host-device
         # sync (the finiteness check needs it before the optimizer step anyway).
-        scalars = torch.stack([total, pg, bl, ent, neg_entropy, grad_norm_t, lag.min(), lag.mean(), lag.max(), values.mean()]).detach()
-        total_f, pg_f, bl_f, ent_f, neg_entropy_f, grad_norm, lag_min, lag_mean, lag_max, value_mean = scalars.float().cpu().tolist()
+        scalars = torch.cat([terms.scalars, torch.stack([grad_norm_t, lag.min(), lag.mean(), lag.max()]).detach()])
+        total_f, pg_f, bl_f, ent_f, neg_entropy_f, value_mean, grad_norm, lag_min, lag_mean, lag_max = scalars.float().cpu().tolist()
         # A non-finite loss or gradient would poison the weights (and RMSProp's statistics) for good:
         # skip the update. The batch still counts as consumed frames.
         finite = math.isfinite(total_f) and math.isfinite(grad_norm)
@@ -149,13 +176,13 @@ class Learner:
             self.optimizer.step()
             self.bad_updates_in_a_row = 0
             if popart is not None:
-                popart.update(vt.vs, level, cfg.popart_step)  # after the step: the graph above used the old statistics
+                popart.update(vs, level, cfg.popart_step)  # after the step: the graph above used the old statistics
         else:
             grad.zero_()
             self.bad_updates_in_a_row += 1
             self.skipped_updates += 1
 
-        t = actions.shape[0]
+        t = batch.action.shape[0] - 1
         if count:
             self.frames += t * fresh * self.frames_per_step  # replayed columns were counted when they were fresh
         self.steps += int(finite)
@@ -164,7 +191,7 @@ class Learner:
             "pg_loss": pg_f,
             "baseline_loss": bl_f,
             "entropy_loss": ent_f,
-            "entropy": -neg_entropy_f / actions.numel(),  # mean per-step policy entropy
+            "entropy": -neg_entropy_f / (t * batch.action.shape[1]),  # mean per-step policy entropy
             "grad_norm": grad_norm,
             "learning_rate": self.learning_rate(),
             "policy_lag_min": lag_min,

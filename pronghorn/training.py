@@ -189,6 +189,26 @@ def _check_precision(cfg: Config, device: torch.device) -> None:
         )
 
 
+def _check_compile(cfg: Config, device: torch.device) -> None:
+    """--compile-learner: torch.compile's inductor builds C++ on CPU and Triton kernels on CUDA, so what
+    it builds with must be there; checked here, before any actor starts, not at the first compiled update."""
+    if not cfg.compile_learner:
+        return
+    if device.type == "cuda":
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:
+            raise ConfigError("--compile-learner on CUDA needs Triton for torch.compile (not installed): pip install triton or drop --compile-learner")
+    else:
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()  # the search inductor itself runs (g++ or $CXX), raising when none is found
+        except Exception:
+            raise ConfigError("--compile-learner on CPU needs a C++ compiler for torch.compile (none found): install g++ or drop --compile-learner") from None
+    log.info("--compile-learner: the learner's second update compiles its pass (5-30 s; torch caches it for later runs)")
+
+
 def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None, resumed_from: str | None) -> Learner:
     """The learner over `agent`, restored from `saved` when resuming."""
     learner = Learner(cfg, agent, spec.frames_per_step)
@@ -240,6 +260,7 @@ def train(cfg: Config) -> TrainResult:
         torch.use_deterministic_algorithms(cfg.deterministic)
     device = resolve_device(cfg.device)
     _check_precision(cfg, device)  # before any actor starts
+    _check_compile(cfg, device)
     try:
         agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
     except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash

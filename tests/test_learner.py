@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 
 import torch
 
@@ -116,3 +117,49 @@ def test_bf16_on_a_cpu_without_native_bfloat16_is_warned_about(monkeypatch, capl
     with caplog.at_level(logging.WARNING, logger="pronghorn"):
         training._check_precision(Config().for_observations((4,)), torch.device("cpu"))  # fp32: nothing to check
     assert not caplog.records
+
+
+def test_a_compiled_learner_updates_as_the_eager_one():
+    """--compile-learner changes how the update runs, not what it computes: the same batches give the same
+    metrics and weights (to float rounding; fused kernels sum in another order). Twelve updates cover the
+    eager probe passes (updates 0 and 10) and the compiled ones between them, with PopArt off and on."""
+    from torch._dynamo.utils import counters
+
+    for popart in (False, True):
+        counters.clear()
+        torch.manual_seed(0)
+        cfg = Config(total_frames=10_000, popart=popart, levels="CartPole-v1,CartPole-v0" if popart else None).for_observations((4,))
+        agent = Agent((4,), 2, popart_levels=2 if popart else 0)
+        eager = Learner(cfg, copy.deepcopy(agent), frames_per_step=1)
+        compiled = Learner(dataclasses.replace(cfg, compile_learner=True), copy.deepcopy(agent), frames_per_step=1)
+        batches = synthetic_batches(4, T=20, B=16)
+        for i in range(12):
+            seen = eager.step(batches[i % 4]), compiled.step(batches[i % 4])
+            for key in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "value_mean", "dead/net_0"):
+                assert abs(seen[0][key] - seen[1][key]) <= 1e-4 * (1 + abs(seen[0][key])), (popart, i, key, seen)
+        assert counters["stats"]["unique_graphs"] == 1, popart  # compiled once, with no graph break, and run
+        assert compiled.steps == eager.steps == 12 and compiled.frames == eager.frames
+        assert torch.allclose(compiled.flat, eager.flat, atol=1e-5), popart
+        assert torch.allclose(compiled.abs_advantages, eager.abs_advantages, atol=1e-4), popart
+
+
+def test_compile_learner_without_its_compiler_is_a_clear_error(monkeypatch):
+    import pytest
+    from torch._inductor import cpp_builder
+
+    from pronghorn import training
+    from pronghorn.config_checks import ConfigError
+
+    def missing() -> str:
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", missing)
+    cfg = Config(compile_learner=True).for_observations((4,))
+    with pytest.raises(ConfigError, match="--compile-learner on CPU needs a C\\+\\+ compiler"):
+        training._check_compile(cfg, torch.device("cpu"))
+    training._check_compile(dataclasses.replace(cfg, compile_learner=False), torch.device("cpu"))  # off: nothing to check
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # no Triton: checked by name, no GPU needed
+    with pytest.raises(ConfigError, match="--compile-learner on CUDA needs Triton"):
+        training._check_compile(cfg, torch.device("cuda"))

@@ -211,3 +211,14 @@ def test_atari_trains_end_to_end_on_ale_pys_vector_env(tmp_path):
     assert len(games) >= 4 and all(r["level"] == "ALE/Breakout-v5" for r in games)
     assert all(int(r["episode_frames"]) % 4 == 0 and int(r["episode_frames"]) >= 400 and float(r["episode_return"]) >= 0 for r in games), games
     assert_no_leaks()
+
+
+def test_compile_learner_trains_end_to_end(tmp_path):
+    """--compile-learner from the command line: the compiled update runs in a real run (CartPole, 16 x 20 as in
+    test_learner's equivalence test, so torch's on-disk cache usually has it) and the run ends as any other."""
+    proc, out, err = run_cli(["train", "--compile-learner", "--total-frames", "30k", "--logdir", str(tmp_path / "compiled"), "--no-progress"])
+    assert proc.returncode == 0 and "frame budget spent after" in out, err[-2000:]
+    assert "--compile-learner: the learner's second update compiles" in err + out
+    rows = read_csv(tmp_path / "compiled" / "metrics.csv")
+    assert rows and all(float(r["grad_norm"]) > 0 and float(r["skipped_updates"]) == 0 for r in rows)
+    assert_no_leaks(owners=(proc.pid,))
