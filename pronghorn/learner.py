@@ -207,6 +207,9 @@ class Learner:
                 metrics[f"popart_mu/{name}"], metrics[f"popart_sigma/{name}"] = mu, sigma
         return metrics
 
+    # Eager under --compile-learner: its .item() reads and the step count it ages unrolls by would make dynamo
+    # recompile at every update (a graph guarded on each new value), until it gave up at its recompile limit.
+    @torch.compiler.disable
     def _replay_terms(self, batch: Unroll, logits: torch.Tensor, fresh: int, weights: torch.Tensor | None) -> tuple[dict[str, float], torch.Tensor | None]:
         """Replay's metrics, and the policy-gradient weights [B] with the trust region applied.
 

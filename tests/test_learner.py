@@ -122,25 +122,38 @@ def test_bf16_on_a_cpu_without_native_bfloat16_is_warned_about(monkeypatch, capl
 def test_a_compiled_learner_updates_as_the_eager_one():
     """--compile-learner changes how the update runs, not what it computes: the same batches give the same
     metrics and weights (to float rounding; fused kernels sum in another order). Twelve updates cover the
-    eager probe passes (updates 0 and 10) and the compiled ones between them, with PopArt off and on."""
+    eager probe passes (updates 0 and 10) and the compiled ones between them: plain, with PopArt, and with
+    half of each batch replayed under the trust region (whose terms run eagerly inside the compiled pass)."""
     from torch._dynamo.utils import counters
 
-    for popart in (False, True):
+    variants = {
+        "plain": {},
+        "popart": dict(popart=True, levels="CartPole-v1,CartPole-v0"),
+        "replay": dict(envs_per_actor=8, batch_size=16, replay_fraction=0.5, replay_kl_limit=0.5),
+    }
+    for name, flags in variants.items():
         counters.clear()
         torch.manual_seed(0)
-        cfg = Config(total_frames=10_000, popart=popart, levels="CartPole-v1,CartPole-v0" if popart else None).for_observations((4,))
-        agent = Agent((4,), 2, popart_levels=2 if popart else 0)
+        cfg = Config(total_frames=10_000, **flags).for_observations((4,))
+        agent = Agent((4,), 2, popart_levels=2 if cfg.popart else 0)
         eager = Learner(cfg, copy.deepcopy(agent), frames_per_step=1)
         compiled = Learner(dataclasses.replace(cfg, compile_learner=True), copy.deepcopy(agent), frames_per_step=1)
         batches = synthetic_batches(4, T=20, B=16)
+        fresh, weights = (8, torch.linspace(0.5, 1.0, 16)) if cfg.replay_fraction else (-1, None)
+        graphs = []
         for i in range(12):
-            seen = eager.step(batches[i % 4]), compiled.step(batches[i % 4])
-            for key in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "value_mean", "dead/net_0"):
-                assert abs(seen[0][key] - seen[1][key]) <= 1e-4 * (1 + abs(seen[0][key])), (popart, i, key, seen)
-        assert counters["stats"]["unique_graphs"] == 1, popart  # compiled once, with no graph break, and run
+            seen = eager.step(batches[i % 4], fresh, weights), compiled.step(batches[i % 4], fresh, weights)
+            graphs.append(counters["stats"]["unique_graphs"])
+            keys = ["total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "value_mean", "dead/net_0"]
+            for key in keys + (["replay_age_mean", "replay_masked_fraction"] if cfg.replay_fraction else []):
+                assert abs(seen[0][key] - seen[1][key]) <= 1e-4 * (1 + abs(seen[0][key])), (name, i, key, seen)
+        # Compiled at update 1 (update 0 is the eager probe) and never again: no recompiling per update.
+        assert graphs[0] == 0 and graphs[1] >= 1 and graphs[-1] == graphs[1], (name, graphs)
+        if name != "replay":  # the replay terms are a deliberate graph break: two graphs around them
+            assert graphs[1] == 1, (name, graphs)
         assert compiled.steps == eager.steps == 12 and compiled.frames == eager.frames
-        assert torch.allclose(compiled.flat, eager.flat, atol=1e-5), popart
-        assert torch.allclose(compiled.abs_advantages, eager.abs_advantages, atol=1e-4), popart
+        assert torch.allclose(compiled.flat, eager.flat, atol=1e-5), name
+        assert torch.allclose(compiled.abs_advantages, eager.abs_advantages, atol=1e-4), name
 
 
 def test_compile_learner_without_its_compiler_is_a_clear_error(monkeypatch):
