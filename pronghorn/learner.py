@@ -22,7 +22,7 @@ class _Terms(NamedTuple):
     """What one update's forward pass and loss terms hand to the backward pass and the metrics."""
 
     total: torch.Tensor  # the loss to differentiate
-    scalars: torch.Tensor  # [6] detached: total, pg, baseline, entropy terms, the negative entropy, mean value
+    reported: tuple[torch.Tensor, ...]  # 0-d, detached: total, pg, baseline, entropy terms, the negative entropy, mean value
     vs: torch.Tensor  # [T, B] V-trace value targets (PopArt's statistics follow them)
     abs_advantages: torch.Tensor  # [T, B] |policy-gradient advantages| (replay priorities)
     replay_metrics: dict[str, float]
@@ -65,8 +65,9 @@ class Learner:
         self.dead_units = DeadUnits(agent.torso)
         self.dead: dict[str, float] = {}
         self.abs_advantages = torch.zeros(0)  # [T, B] of the last step: replay priorities are made from it
-        # --compile-learner: the shapes never change within a run (dynamic=False), so one graph serves every
-        # update (two while replay's ring fills and batches are still all fresh).
+        # --compile-learner: the shapes never change within a run (dynamic=False), so the pass compiles once,
+        # and once more with replay, whose batches are all fresh until the ring fills (a new `fresh`); with
+        # replay it is two graphs around _replay_terms, which runs eagerly between them.
         self._compiled_losses = torch.compile(self._losses, dynamic=False) if cfg.compile_learner else self._losses
 
     def learning_rate(self) -> float:
@@ -124,8 +125,8 @@ class Learner:
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
-        scalars = torch.stack([total, pg, bl, ent, neg_entropy, values.mean()]).detach()
-        return _Terms(total, scalars, vt.vs.detach(), vt.pg_advantages.detach().abs(), replay_metrics)
+        reported = tuple(x.detach() for x in (total, pg, bl, ent, neg_entropy, values.mean()))
+        return _Terms(total, reported, vt.vs.detach(), vt.pg_advantages.detach().abs(), replay_metrics)
 
     def step(self, batch: Unroll, fresh: int = -1, weights: torch.Tensor | None = None, count: bool = True) -> dict[str, float]:
         """One update on a time-major batch [T+1, B, ...]; returns its metrics.
@@ -167,7 +168,7 @@ class Learner:
         lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
         # Every scalar this step reports, read from the device in one transfer: the step's only host-device
         # sync (the finiteness check needs it before the optimizer step anyway).
-        scalars = torch.cat([terms.scalars, torch.stack([grad_norm_t, lag.min(), lag.mean(), lag.max()]).detach()])
+        scalars = torch.stack([*terms.reported, grad_norm_t.detach(), lag.min(), lag.mean(), lag.max()])
         total_f, pg_f, bl_f, ent_f, neg_entropy_f, value_mean, grad_norm, lag_min, lag_mean, lag_max = scalars.float().cpu().tolist()
         # A non-finite loss or gradient would poison the weights (and RMSProp's statistics) for good:
         # skip the update. The batch still counts as consumed frames.
