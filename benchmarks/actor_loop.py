@@ -29,6 +29,7 @@ from pronghorn.actor import _Step, _write_row
 from pronghorn.envs import make_batched, probe
 from pronghorn.models import build_agent
 from pronghorn.records import PolicyAnswer, Unroll, unroll_spec, zeros_unroll
+from pronghorn.runtime.tuning import single_threaded_blas
 
 
 def per_call(fn, calls: int) -> float:
@@ -54,7 +55,6 @@ def measure(env_id: str, envs: int, calls: int, sweep_mb: int) -> None:
     slot = Unroll._make(t.numpy() for t in zeros_unroll(unroll_spec(20, envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)))
     zeros = torch.zeros(envs, dtype=torch.long)
 
-    @torch.inference_mode()
     def answer(env_out, last_action: torch.Tensor) -> PolicyAnswer:
         step, _, _ = acting(torch.from_numpy(env_out.obs), last_action, None, None, core, None, torch.rand(envs, 1, generator=generator))
         return PolicyAnswer(step.action, step.policy_logits, core, np.zeros(envs, np.float32), 0)
@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--sweep-mb", type=int, default=8)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    single_threaded_blas()  # as an actor process runs
     for envs in args.envs or [16, 512]:
         measure(args.env, envs, args.calls, args.sweep_mb)
 

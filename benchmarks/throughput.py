@@ -51,7 +51,7 @@ from pronghorn.envs import make_batched, probe
 from pronghorn.learner import Learner
 from pronghorn.models import build_agent
 from pronghorn.records import Unroll, unroll_spec
-from pronghorn.runtime.tuning import tune_malloc
+from pronghorn.runtime.tuning import single_threaded_blas, tune_malloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme_table import write_table
@@ -149,8 +149,7 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     level = torch.zeros(E, dtype=torch.int64)
     generator = torch.Generator().manual_seed(0)
 
-    @torch.inference_mode()
-    def infer():
+    def infer():  # as LocalPolicy.answer calls it: Acting enters inference mode itself where it helps
         acting(obs, zeros_a, zeros_r, zeros_d, state, level, torch.rand(E, 1, generator=generator))
 
     infer_cost = cpu_time_per(infer, E * fps, seconds)
@@ -260,6 +259,7 @@ def main() -> None:
     cores = os.cpu_count() or 1
     tune_malloc()  # the learner process does the same
     torch.set_num_threads(1)
+    single_threaded_blas()  # as actors run: the MLP's acting step multiplies in numpy
     print(
         f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes (A=, unless a setting names its own); component costs on one thread\n"
     )

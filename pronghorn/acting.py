@@ -1,13 +1,13 @@
 """One acting step: E observations in, actions out (and V(final_obs) where a time limit cut an episode).
 
 `act` is the step for any agent. `Acting` is what the actors and the inference server call: the same
-step, with buffers kept from one call to the next and, for the MLP agent on CPU, without the modules'
-per-call machinery. A step of that network is about fifteen tensor ops on a few hundred rows or fewer, and
-on CPU its cost is their dispatch and allocation, not their arithmetic.
+step, with buffers kept from one call to the next and, for the MLP and the small-grid CNN on CPU, without
+the modules' per-call machinery (the MLP's step runs in numpy).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -62,14 +62,17 @@ def act(
 class Acting:
     """`act` for batches of up to `max_rows` environments, keeping what it can from one call to the next.
 
-    For an MLP agent on CPU without LSTM, PopArt or observation statistics, the matrix products write into
-    buffers kept here and read the agent's weights through views kept here (detached and transposed once:
-    weights are loaded into the agent in place, which these views see), and the modules are not called.
-    CartPole in an actor's loop: 114 -> ~45 us per step of 16 envs, 231 -> ~150 us of 512. The small-grid
-    CNN (MinAtar) under the same conditions calls its torso module and nothing else, then the same heads.
-    Any other agent goes through `act`. Both give the same logits, values and actions (tested).
+    Two agents on CPU (without LSTM, PopArt or observation statistics) take a shorter path; any other agent
+    goes through `act`. All give the same logits, values and actions (tested).
+    - The MLP runs in numpy, on numpy views of the agent's weights (weights are loaded into the agent in
+      place, which the views see) and buffers kept here. On a few hundred rows or fewer its cost is the
+      ops' dispatch, not their arithmetic, and torch's dispatch costs more than numpy's, the more so
+      between env steps (README, "The MLP acts in numpy").
+    - The small-grid CNN (MinAtar) calls its torso module and nothing else, then both heads in one product.
 
     What a call returns may view the buffers: it holds until the next call, so copy what must outlive it.
+    The actions are a new tensor at every call: the actor hands the last one back as the next call's
+    `last_action` and writes it into the slot after that call.
     """
 
     def __init__(self, agent: Agent, max_rows: int):
@@ -78,26 +81,46 @@ class Acting:
         layers = [m for m in modules[0::2] if isinstance(m, nn.Linear)]
         relus = [m for m in modules[1::2] if isinstance(m, nn.ReLU)]
         mlp = bool(layers) and len(layers) == len(relus) == len(modules) // 2 and len(modules) % 2 == 0
-        self._fast = (
-            (mlp or isinstance(agent.torso, SmallTorso))
-            and not agent.use_lstm
+        plain = (
+            not agent.use_lstm
             and agent.baseline is not None  # not PopArt
             and agent.obs_norm is None  # the products read raw observations
             and agent.policy.weight.device.type == "cpu"
+            and agent.policy.weight.dtype == torch.float32
         )
-        if not self._fast:
+        self.mode = "numpy" if plain and mlp else "torso" if plain and isinstance(agent.torso, SmallTorso) else "act"
+        if self.mode == "act":
             return
         assert agent.baseline is not None
         rows = 2 * max_rows  # a time limit can add one row per environment
-        # (weight transposed, bias) of each hidden layer, and a buffer for its output: MLP only (none for the CNN).
-        self._layers = [(layer.weight.detach().t(), layer.bias.detach(), torch.empty(rows, layer.out_features)) for layer in layers] if mlp else []
         heads = (agent.policy, agent.baseline)
-        self._head_parts = ([h.weight.detach() for h in heads], [h.bias.detach() for h in heads])
         width = agent.num_actions + 1
+        if self.mode == "numpy":
+            # Per hidden layer: its weight transposed and its bias (views of the agent's own parameters), a
+            # buffer for its output, and zeros as large: numpy's maximum against an array is vectorised, while
+            # against the scalar 0 it took 4x as long on 512 rows.
+            self._layers = [
+                (
+                    layer.weight.detach().numpy().T,
+                    layer.bias.detach().numpy(),
+                    np.empty((rows, layer.out_features), np.float32),
+                    np.zeros((rows, layer.out_features), np.float32),
+                )
+                for layer in layers
+            ]
+            self._np_parts = ([h.weight.detach().numpy() for h in heads], [h.bias.detach().numpy() for h in heads])
+            self._np_head_weight = np.empty((width, agent.policy.in_features), np.float32)
+            self._np_head_bias = np.empty((width, 1), np.float32)
+            # The heads' output transposed, [A + 1, rows]: sampling reduces over actions, and numpy reduces a
+            # few long rows far faster than many short ones (on 512 rows, 2-3x for max, cumsum and the count).
+            self._np_heads_t = np.empty((width, rows), np.float32)
+            # per (rows, envs): logits [envs, A] and values as tensors viewing the heads' buffer
+            self._np_views: dict[tuple[int, int], tuple[np.ndarray, torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+            return
+        self._head_parts = ([h.weight.detach() for h in heads], [h.bias.detach() for h in heads])
         self._head_weight = torch.empty(width, agent.policy.in_features)
         self._head_bias = torch.empty(width)
         self._heads = torch.empty(rows, width)
-        self._views: dict[int, list[torch.Tensor]] = {}  # per row count: the buffers' first rows (views made once)
 
     def __call__(
         self,
@@ -112,28 +135,66 @@ class Acting:
         final_obs: torch.Tensor | None = None,
     ) -> tuple[AgentOutput, torch.Tensor, torch.Tensor | None]:
         """`act`'s arguments and results, without the time dimension: logits [B, A], baseline and action [B]."""
-        if not self._fast:
-            out, core, values = act(self.agent, obs, last_action, reward, done, core, level, uniform, cut, final_obs)
-            return AgentOutput(out.policy_logits[0], out.baseline[0], out.action[0]), core, values
+        cuts = cut is not None and final_obs is not None and cut.numel() > 0
+        if self.mode == "numpy":  # no autograd to switch off: entering inference mode cost more than the products
+            # The cut rows' final observations ride in the same products, as in `act`.
+            x = np.concatenate([obs.numpy(), final_obs.numpy()]) if cuts and final_obs is not None else obs.numpy()
+            out, values = self._numpy_step(x, obs.shape[0], uniform)
+            return out, core, values
+        with torch.inference_mode():  # lighter than no_grad per call: no version counters or views tracked
+            if self.mode == "act":
+                out, core, values = act(self.agent, obs, last_action, reward, done, core, level, uniform, cut, final_obs)
+                return AgentOutput(out.policy_logits[0], out.baseline[0], out.action[0]), core, values
+            out, values = self._torso_step(obs, uniform, final_obs if cuts else None)
+            return out, core, values
+
+    def _torso_step(self, obs: torch.Tensor, uniform: torch.Tensor | None, final_obs: torch.Tensor | None) -> tuple[AgentOutput, torch.Tensor | None]:
+        """The small-grid CNN's step: its torso, then both heads in one product; cut rows' final_obs ride along."""
         b = obs.shape[0]
-        # The cut rows' final observations ride in the same products, as in `act`.
-        x = obs if cut is None or final_obs is None or not cut.numel() else torch.cat([obs, final_obs])
-        n = x.shape[0]
-        views = self._views.get(n)
-        if views is None:
-            views = self._views[n] = [out[:n] for _, _, out in self._layers] + [self._heads[:n]]
-        if self._layers:
-            x = x.reshape(n, -1).float()
-            for (weight_t, bias, _), buffer in zip(self._layers, views):  # MLPTorso: Linear, ReLU, Linear, ReLU, ...
-                x = torch.addmm(bias, x, weight_t, out=buffer).relu_()
-        else:
-            x = self.agent.torso(x)  # SmallTorso: a convolution and one product
+        x = self.agent.torso(obs if final_obs is None else torch.cat([obs, final_obs]))  # a convolution and one product
         # Both heads in one product, as in Agent.logits_and_values (same operands, so the same results). The
         # weights are concatenated at every call, so newly loaded ones are always the ones used.
         weights, biases = self._head_parts
         torch.cat(weights, out=self._head_weight)
         torch.cat(biases, out=self._head_bias)
-        heads = torch.addmm(self._head_bias, x, self._head_weight.t(), out=views[-1])
+        n = x.shape[0]
+        heads = torch.addmm(self._head_bias, x, self._head_weight.t(), out=self._heads[:n])
         logits = heads[:b, :-1]
         action = sample_actions(logits, uniform)
-        return AgentOutput(logits, heads[:b, -1], action), core, heads[b:, -1] if n > b else None
+        return AgentOutput(logits, heads[:b, -1], action), heads[b:, -1] if n > b else None
+
+    def _numpy_step(self, x: np.ndarray, b: int, uniform: torch.Tensor | None) -> tuple[AgentOutput, torch.Tensor | None]:
+        """The MLP's step on x [n, *obs_shape]: b environments, then any cut rows, whose values come second."""
+        n = x.shape[0]
+        x = x.reshape(n, -1).astype(np.float32, copy=False)
+        for weight_t, bias, buffer, zeros in self._layers:  # MLPTorso: Linear, ReLU, Linear, ReLU, ...
+            out = np.matmul(x, weight_t, out=buffer[:n])
+            np.add(out, bias, out=out)
+            x = np.maximum(out, zeros[:n], out=out)
+        weights, biases = self._np_parts  # concatenated at every call, as the torch path does
+        np.concatenate(weights, out=self._np_head_weight)
+        np.concatenate(biases, out=self._np_head_bias[:, 0])
+        views = self._np_views.get((n, b))
+        if views is None:
+            heads_t = self._np_heads_t[:, :n]
+            cut_values = torch.from_numpy(heads_t[-1, b:]) if n > b else None
+            views = self._np_views[n, b] = (heads_t, torch.from_numpy(heads_t[:-1, :b].T), torch.from_numpy(heads_t[-1, :b]), cut_values)
+        heads_t, logits, baseline, cut_values = views
+        np.matmul(self._np_head_weight, x.T, out=heads_t)  # [A + 1, n]: the heads' rows are the actions
+        np.add(heads_t, self._np_head_bias, out=heads_t)
+        draws = (uniform if uniform is not None else torch.rand(b, 1)).numpy()
+        action = torch.from_numpy(sample_actions_numpy(logits.numpy(), draws))
+        return AgentOutput(logits, baseline, action), cut_values
+
+
+def sample_actions_numpy(logits: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """`models.sample_actions` in numpy: one action per row of logits [N, A], given draws uniform [N, 1] in [0, 1).
+
+    The action is the number of entries of the (unnormalised) CDF below u x its total. NaN logits compare
+    false everywhere and give action 0. It works on the transpose, [A, N], so it is fastest when that is
+    contiguous (logits a transposed view, as `Acting` passes them).
+    """
+    logits_t = logits.T
+    cdf = np.exp(logits_t - logits_t.max(axis=0))
+    np.cumsum(cdf, axis=0, out=cdf)
+    return np.count_nonzero(cdf < uniform[:, 0] * cdf[-1], axis=0)

@@ -106,7 +106,6 @@ class LocalPolicy:
         # weights and observations give the same actions in both modes.
         self._generator = torch.Generator().manual_seed(cfg.seed + index)
 
-    @torch.inference_mode()  # lighter than no_grad per call: no version counters or views tracked
     def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer:
         obs = torch.from_numpy(env_out.obs)
         uniform = torch.rand(self.cfg.envs, 1, generator=self._generator)

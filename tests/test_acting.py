@@ -1,9 +1,10 @@
-"""The acting step: `Acting`'s preallocated MLP path and small-grid CNN path against `act`, and sampling by the inverse CDF."""
+"""The acting step: `Acting`'s numpy MLP path and small-grid CNN path against `act`, and sampling by the inverse CDF (torch and numpy)."""
 
+import numpy as np
 import pytest
 import torch
 
-from pronghorn.acting import Acting, act
+from pronghorn.acting import Acting, act, sample_actions_numpy
 from pronghorn.models import Agent, SmallTorso, sample_actions
 
 
@@ -32,11 +33,11 @@ def _same(got, expected):
 
 
 @torch.inference_mode()
-def test_the_preallocated_mlp_step_gives_act_s_logits_values_and_actions():
+def test_the_numpy_mlp_step_gives_act_s_logits_values_and_actions():
     torch.manual_seed(0)
     agent = Agent((4,), 3).eval()
     acting = Acting(agent, max_rows=8)
-    assert acting._fast
+    assert acting.mode == "numpy"
     for seed, b in ((1, 8), (2, 5), (3, 8)):  # buffers are reused across calls of different sizes
         obs, last_action, _, _, core, uniform = _inputs(b, seed)
         _same(acting(obs, last_action, None, None, core, None, uniform), act(agent, obs, last_action, None, None, core, None, uniform))
@@ -46,6 +47,20 @@ def test_the_preallocated_mlp_step_gives_act_s_logits_values_and_actions():
             acting(obs, last_action, None, None, core, None, uniform, cut, final_obs),
             act(agent, obs, last_action, None, None, core, None, uniform, cut, final_obs),
         )
+
+
+def test_the_numpy_step_hands_out_new_actions_at_every_call():
+    """The actor passes the last actions back as the next call's last_action and writes them into the slot
+    after that call: a reused buffer would overwrite them. Outside inference mode, as the actors call it."""
+    torch.manual_seed(3)
+    agent = Agent((4,), 2).eval()
+    acting = Acting(agent, max_rows=16)
+    obs, last_action, _, _, core, _ = _inputs(16, 9)
+    first = acting(obs, last_action, None, None, core, None, torch.zeros(16, 1))[0].action
+    kept = first.clone()
+    second = acting(obs, last_action, None, None, core, None, torch.full((16, 1), 0.999))[0].action
+    assert torch.equal(first, kept) and not torch.equal(first, second)
+    assert first.dtype == torch.int64 and not first.requires_grad
 
 
 @torch.inference_mode()
@@ -66,7 +81,7 @@ def test_the_small_grid_cnn_steps_through_its_torso_and_the_shared_heads():
     torch.manual_seed(4)
     agent = Agent((4, 10, 10), 3, model="small").eval()
     acting = Acting(agent, max_rows=24)
-    assert acting._fast
+    assert acting.mode == "torso"
     g = torch.Generator().manual_seed(5)
     # 8 rows take the im2col convolution, 24 oneDNN's (SmallTorso.forward): both as act computes them.
     for b in (8, 24, 8):
@@ -111,7 +126,7 @@ def test_other_agents_go_through_act(kind):
         acting = Acting(agent, max_rows=5)
         obs, last_action, reward, done, core, uniform = _inputs(5, 3, lstm=kind == "lstm", core_size=agent.core_size)
         args = (obs, last_action, reward, done, core, torch.tensor([0, 1, 0, 1, 1]), uniform)
-    assert not acting._fast
+    assert acting.mode == "act"
     _same(acting(*args), act(agent, *args))
 
 
@@ -121,9 +136,17 @@ def test_sampling_counts_the_cdf_entries_below_the_draw_and_follows_the_softmax(
     uniform = torch.rand(2000, 1, generator=g)
     cdf = torch.softmax(logits, -1).cumsum(-1)
     assert torch.equal(sample_actions(logits, uniform), (cdf < uniform * cdf[:, -1:]).sum(-1))
+    # The MLP's numpy step samples the same way: the same actions from the same logits and draws.
+    assert torch.equal(torch.from_numpy(sample_actions_numpy(logits.numpy(), uniform.numpy())), sample_actions(logits, uniform))
+    transposed = np.ascontiguousarray(logits.numpy().T).T  # the layout Acting passes: [N, A] viewing [A, N]
+    assert np.array_equal(sample_actions_numpy(transposed, uniform.numpy()), sample_actions_numpy(logits.numpy(), uniform.numpy()))
     top = torch.full((2000, 1), torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)).item())  # the largest draw below 1
     assert torch.equal(sample_actions(logits, top), (cdf < top * cdf[:, -1:]).sum(-1)) and sample_actions(logits, top).max() <= 4
+    assert sample_actions_numpy(logits.numpy(), top.numpy()).max() <= 4
+    assert sample_actions_numpy(np.array([[np.nan, 0.0]], np.float32), np.array([[0.5]], np.float32)).tolist() == [0]
     row = torch.tensor([[0.0, 1.0, 2.0]])
     draws = sample_actions(row.expand(60_000, 3), torch.rand(60_000, 1, generator=g))
     frequencies = torch.bincount(draws, minlength=3).float() / 60_000
     torch.testing.assert_close(frequencies, torch.softmax(row[0], 0), atol=0.01, rtol=0)
+    numpy_draws = sample_actions_numpy(row.expand(60_000, 3).numpy(), torch.rand(60_000, 1, generator=g).numpy())
+    torch.testing.assert_close(torch.from_numpy(np.bincount(numpy_draws, minlength=3) / 60_000).float(), torch.softmax(row[0], 0), atol=0.01, rtol=0)

@@ -216,3 +216,29 @@ def test_the_router_never_writes_to_a_dead_actor_and_gets_every_slot_back():
     assert deaths == [[second]]
     assert sorted(router.free) == [0, 1, 2, 3] and router.accounted() == 4
     router.close()
+
+
+def _blas_threads_after_limit(result) -> None:
+    from threadpoolctl import threadpool_info
+
+    from pronghorn.runtime.tuning import single_threaded_blas
+
+    before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    single_threaded_blas()
+    after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    openmp = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"]
+    result.put((before, after, openmp))
+
+
+def test_single_threaded_blas_limits_numpy_s_blas_and_leaves_torch_s_threads_alone():
+    """Actors (and the inference server) call it: the MLP's acting step multiplies in numpy, whose OpenBLAS would
+    otherwise split a product of an actor's 512 envs over both cores."""
+    ctx = mp.get_context("spawn")
+    result = ctx.Queue()
+    child = ctx.Process(target=_blas_threads_after_limit, args=(result,))
+    child.start()
+    before, after, openmp = result.get(timeout=60)
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert before and after == [1] * len(before)  # numpy's BLAS was found and limited
+    assert all(n == (os.cpu_count() or 1) for n in openmp)  # torch's OpenMP pool keeps its size

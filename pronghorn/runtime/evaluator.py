@@ -17,7 +17,7 @@ import signal
 from typing import Any
 
 from pronghorn.logs import Evaluation
-from pronghorn.runtime.tuning import lower_priority
+from pronghorn.runtime.tuning import lower_priority, single_threaded_blas
 
 # The actors run --actor-nice below the learner; evaluation goes 10 further (19 at most), so it weighs
 # against an actor about as an actor weighs against the learner.
@@ -39,6 +39,7 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, nice: int, conn: 
     import torch
 
     torch.set_num_threads(1)
+    single_threaded_blas()
     from pronghorn.evaluate import evaluate
 
     while True:

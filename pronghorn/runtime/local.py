@@ -27,7 +27,7 @@ from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.inference import InferenceServer, SharedMailbox
 from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
-from pronghorn.runtime.tuning import lower_priority
+from pronghorn.runtime.tuning import lower_priority, single_threaded_blas
 
 log = logging.getLogger("pronghorn.runtime")
 
@@ -73,6 +73,7 @@ def _actor_main(
     import torch
 
     torch.set_num_threads(1)  # processes x threads should stay near the core count
+    single_threaded_blas()
     try:
         import cv2
 

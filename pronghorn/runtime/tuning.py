@@ -28,6 +28,19 @@ def tune_malloc() -> bool:
         return False  # not glibc: nothing to tune
 
 
+def single_threaded_blas() -> None:
+    """numpy's BLAS on one thread in this process, as torch's ops are in actors.
+
+    The MLP's acting step multiplies in numpy (acting.py), and OpenBLAS splits a product over every core
+    from about 512 x 64 x 64 (an actor's step at 512 envs): the second thread would take the core the
+    learner or another actor runs on. Only the BLAS numpy loaded is limited (threadpoolctl's "blas"),
+    not torch's OpenMP threads.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+
+
 def tune_learner_process(title: str = "pronghorn-learner") -> None:
     tune_malloc()
     try:
