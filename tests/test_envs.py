@@ -5,6 +5,7 @@ from pronghorn.config import Config, ConfigError
 from pronghorn.envs import make_batched, probe
 from pronghorn.envs.batch import GymBatch
 from pronghorn.envs.single import make_single
+from pronghorn.envs.vector import VectorBatch
 
 
 def test_probe_reads_spaces_and_rejects_unknown_ids():
@@ -196,6 +197,24 @@ def test_vector_cartpole_resets_a_fallen_pole_in_the_same_step_and_moves_on_from
             assert after.obs[j, 1] < first[1]  # pushed left from the new episode's first state
         assert falls > 30
         assert falls * 8 < frames  # episodes last more than a handful of steps: none is skipped or doubled
+    finally:
+        env.close()
+
+
+def test_vector_cartpole_still_refuses_actions_outside_its_space():
+    """The vector env's per-step action check is replaced by a one-reduction one (envs/vector.py): it must
+    refuse what Gymnasium's refuses (negative, too large, wrong shape or dtype) and pass the rest."""
+    env = make_batched("CartPole-v1", [0, 1, 2], Config(env="CartPole-v1", env_backend="vector"))
+    try:
+        env.reset()
+        env.step(np.array([0, 1, 1], np.int64))
+        env.step(np.array([1, 0, 1], np.int32))
+        for bad in (np.array([0, 2, 1]), np.array([0, -1, 1]), np.array([0, 1]), np.array([0.0, 1.0, 1.0]), np.array([[0, 1, 1]])):
+            with pytest.raises(AssertionError, match="invalid"):
+                env.step(bad)
+        assert isinstance(env, VectorBatch)
+        space = env._env.action_space
+        assert space.shape == (3,) and space.contains(space.sample())  # the rest is the space's own
     finally:
         env.close()
 
