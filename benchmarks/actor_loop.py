@@ -29,7 +29,7 @@ from pronghorn.actor import _Step, _write_row
 from pronghorn.envs import make_batched, probe
 from pronghorn.models import build_agent
 from pronghorn.records import PolicyAnswer, Unroll, unroll_spec, zeros_unroll
-from pronghorn.runtime.tuning import single_threaded_blas
+from pronghorn.runtime.tuning import limit_threads
 
 
 def per_call(fn, calls: int) -> float:
@@ -110,8 +110,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--sweep-mb", type=int, default=8)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    single_threaded_blas()  # as an actor process runs
+    limit_threads(1)  # as an actor process runs
     for envs in args.envs or [16, 512]:
         measure(args.env, envs, args.calls, args.sweep_mb)
 

@@ -51,7 +51,7 @@ from pronghorn.envs import make_batched, probe
 from pronghorn.learner import Learner
 from pronghorn.models import build_agent
 from pronghorn.records import Unroll, unroll_spec
-from pronghorn.runtime.tuning import single_threaded_blas, tune_malloc
+from pronghorn.runtime.tuning import limit_threads, tune_malloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme_table import write_table
@@ -258,8 +258,7 @@ def main() -> None:
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, before Ray is imported
     cores = os.cpu_count() or 1
     tune_malloc()  # the learner process does the same
-    torch.set_num_threads(1)
-    single_threaded_blas()  # as actors run: the MLP's acting step multiplies in numpy
+    limit_threads(1)  # as actors run (the MLP's acting step multiplies in numpy)
     print(
         f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes (A=, unless a setting names its own); component costs on one thread\n"
     )

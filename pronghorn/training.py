@@ -29,6 +29,7 @@ from pronghorn.plot import write_curve
 from pronghorn.records import Unroll
 from pronghorn.replay import ReplayRing, build_ring, unroll_priorities
 from pronghorn.runtime import LocalRuntime
+from pronghorn.runtime.tuning import limit_threads
 from pronghorn.staging import Staging
 from pronghorn.stats import LevelStats
 
@@ -254,7 +255,7 @@ def train(cfg: Config) -> TrainResult:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    torch.set_num_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
+    limit_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
     if cfg.deterministic or torch.are_deterministic_algorithms_enabled():
         # Only when it changes something: the call imports torch._dynamo, about 2 s of every start-up.
         torch.use_deterministic_algorithms(cfg.deterministic)

@@ -218,27 +218,31 @@ def test_the_router_never_writes_to_a_dead_actor_and_gets_every_slot_back():
     router.close()
 
 
-def _blas_threads_after_limit(result) -> None:
+def _threads_after_limit(result) -> None:
+    import torch
     from threadpoolctl import threadpool_info
 
-    from pronghorn.runtime.tuning import single_threaded_blas
+    from pronghorn.runtime.tuning import limit_threads
 
     before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
-    single_threaded_blas()
+    openmp_before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"]
+    limit_threads(torch.get_num_threads())  # the learner's case: torch keeps its threads
     after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
     openmp = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"]
-    result.put((before, after, openmp))
+    limit_threads(1)  # the actors' case
+    result.put((before, after, openmp_before, openmp, torch.get_num_threads()))
 
 
-def test_single_threaded_blas_limits_numpy_s_blas_and_leaves_torch_s_threads_alone():
-    """Actors (and the inference server) call it: the MLP's acting step multiplies in numpy, whose OpenBLAS would
-    otherwise split a product of an actor's 512 envs over both cores."""
+def test_limit_threads_caps_numpy_s_blas_at_one_thread_and_sets_torch_s_as_asked():
+    """Every process calls it (actors 1, the learner its share): the MLP's acting step multiplies in numpy,
+    whose OpenBLAS would otherwise split a product of an actor's 512 envs over both cores."""
     ctx = mp.get_context("spawn")
     result = ctx.Queue()
-    child = ctx.Process(target=_blas_threads_after_limit, args=(result,))
+    child = ctx.Process(target=_threads_after_limit, args=(result,))
     child.start()
-    before, after, openmp = result.get(timeout=60)
+    before, after, openmp_before, openmp, torch_threads = result.get(timeout=60)
     child.join(timeout=30)
     assert child.exitcode == 0
     assert before and after == [1] * len(before)  # numpy's BLAS was found and limited
-    assert all(n == (os.cpu_count() or 1) for n in openmp)  # torch's OpenMP pool keeps its size
+    assert openmp == openmp_before and all(n == (os.cpu_count() or 1) for n in openmp)  # torch's OpenMP pool keeps its size
+    assert torch_threads == 1

@@ -17,7 +17,7 @@ import signal
 from typing import Any
 
 from pronghorn.logs import Evaluation
-from pronghorn.runtime.tuning import lower_priority, single_threaded_blas
+from pronghorn.runtime.tuning import limit_threads, lower_priority
 
 # The actors run --actor-nice below the learner; evaluation goes 10 further (19 at most), so it weighs
 # against an actor about as an actor weighs against the learner.
@@ -36,10 +36,7 @@ def _serve(logdir: str, episodes: int, video: bool, seed: int, nice: int, conn: 
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop
     lower_priority(nice)  # evaluation yields the cores to training
-    import torch
-
-    torch.set_num_threads(1)
-    single_threaded_blas()
+    limit_threads(1)
     from pronghorn.evaluate import evaluate
 
     while True:

@@ -32,7 +32,6 @@ from pronghorn.losses import clip_rewards
 from pronghorn.models import build_agent
 from pronghorn.records import PolicyAnswer
 from pronghorn.runtime.shm import SegmentHandle, _Segment
-from pronghorn.runtime.tuning import single_threaded_blas
 
 log = logging.getLogger("pronghorn.runtime")
 
@@ -143,7 +142,6 @@ class InferenceServer:
         self.version = -1
         n, e = cfg.num_actors, cfg.envs
         self.acting = Acting(self.agent, n * e)  # a batch holds at most every actor's environments
-        single_threaded_blas()  # the MLP's products run in numpy (acting.py), beside the learner's threads
         self.core = self.agent.initial_state(n * e).view(2, n, e, -1).to(device)  # every env's state after its last answer
         self.levels = torch.tensor([env_levels(cfg, i) for i in range(n)], dtype=torch.int64)  # [N, E]
         self.generators = [torch.Generator().manual_seed(cfg.seed + i) for i in range(n)]

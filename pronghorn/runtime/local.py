@@ -27,7 +27,7 @@ from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.inference import InferenceServer, SharedMailbox
 from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
-from pronghorn.runtime.tuning import lower_priority, single_threaded_blas
+from pronghorn.runtime.tuning import limit_threads, lower_priority
 
 log = logging.getLogger("pronghorn.runtime")
 
@@ -70,10 +70,7 @@ def _actor_main(
     _logging.basicConfig(level=_logging.INFO, format="%(asctime)s %(processName)s %(name)s %(levelname)s %(message)s")
     # Ctrl-C goes to the whole process group; the learner decides how to stop, actors just follow.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import torch
-
-    torch.set_num_threads(1)  # processes x threads should stay near the core count
-    single_threaded_blas()
+    limit_threads(1)  # processes x threads should stay near the core count
     try:
         import cv2
 

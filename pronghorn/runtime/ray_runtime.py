@@ -35,7 +35,7 @@ from pronghorn.envs import EnvSpec
 from pronghorn.flat import load_flat
 from pronghorn.records import Unroll, packed_unroll, unroll_spec
 from pronghorn.runtime.local import _CRASH_WINDOW, WorkerError
-from pronghorn.runtime.tuning import single_threaded_blas
+from pronghorn.runtime.tuning import limit_threads
 
 # Ray otherwise rewrites 127.0.0.1 to the machine's interface address (see MACHINE-FACTS); set before ray is imported.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -80,8 +80,7 @@ class ActorHost:
     """The body of one Ray actor: a `run_actor` thread over K local slots, fed by `unroll` calls."""
 
     def __init__(self, index: int, cfg: Config, spec: EnvSpec, core_size: int):
-        torch.set_num_threads(1)
-        single_threaded_blas()
+        limit_threads(1)
         self.index, self.cfg, self.spec = index, cfg, spec
         layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self._flat, self.slots = zip(*(packed_unroll(layout) for _ in range(IN_FLIGHT)))  # a slot is one block: one copy out

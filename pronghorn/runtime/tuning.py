@@ -28,16 +28,20 @@ def tune_malloc() -> bool:
         return False  # not glibc: nothing to tune
 
 
-def single_threaded_blas() -> None:
-    """numpy's BLAS on one thread in this process, as torch's ops are in actors.
+def limit_threads(torch_threads: int) -> None:
+    """torch's ops on `torch_threads` threads and numpy's BLAS on one, in this process.
 
-    The MLP's acting step multiplies in numpy (acting.py), and OpenBLAS splits a product over every core
-    from about 512 x 64 x 64 (an actor's step at 512 envs): the second thread would take the core the
-    learner or another actor runs on. Only the BLAS numpy loaded is limited (threadpoolctl's "blas"),
-    not torch's OpenMP threads.
+    Every process sets both (actors and the evaluator 1 each, the learner its share of the cores), so that
+    processes x threads stays near the core count. numpy's BLAS matters since the MLP's acting step
+    multiplies in numpy (acting.py, also in the learner process's inference server): OpenBLAS splits a
+    product over every core from about 512 x 64 x 64 (an actor's step at 512 envs), and the second thread
+    would take the core another process runs on. Only the BLAS numpy loaded is limited (threadpoolctl's
+    "blas"); torch's OpenMP pool is set by torch.set_num_threads alone.
     """
+    import torch
     from threadpoolctl import threadpool_limits
 
+    torch.set_num_threads(torch_threads)
     threadpool_limits(1, user_api="blas")
 
 
