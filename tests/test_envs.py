@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 
@@ -228,3 +230,24 @@ def test_envs_per_actor_defaults_by_observation_kind():
     assert Config(envs_per_actor=4).for_observations((4,)).envs == 4
     with pytest.raises(ValueError, match="unresolved"):
         Config().envs  # noqa: B018  (the property raises before for_observations)
+
+
+def test_minatar_grid_is_the_game_s_channels_first_then_zeros_in_a_fresh_array():
+    from pronghorn.envs.minatar import make_minatar
+
+    env = make_minatar("MinAtar/Breakout-v0", channels=6)  # Breakout has 4 object channels
+    obs, _ = env.reset(seed=3)
+    game = env.unwrapped.game
+    seen = []
+    for step in range(30):
+        state = game.state()  # [10, 10, 4] bool: rows, columns, channels
+        assert obs.shape == (6, 10, 10) and obs.dtype == np.uint8
+        for c in range(4):  # channel c of the grid is channel c of the game, cell for cell
+            assert np.array_equal(obs[c], state[:, :, c].astype(np.uint8)), (step, c)
+        assert not obs[4:].any()  # the padding stays empty
+        seen.append(obs)
+        obs, _, terminated, _, _ = env.step(step % 3)
+        if terminated:
+            obs, _ = env.reset()
+    assert len({id(o) for o in seen}) == len(seen) and not np.shares_memory(seen[0], seen[1])  # callers may keep them
+    assert any(not np.array_equal(a, b) for a, b in itertools.pairwise(seen))  # the ball moved: the grids are not all one
