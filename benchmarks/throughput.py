@@ -59,6 +59,7 @@ from readme_table import write_table
 SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, Gymnasium's vector CartPole (chosen for learning speed too)
     "cartpole-e32": dict(env="CartPole-v1", envs_per_actor=32),  # more envs per actor amortise per-step glue
+    "cartpole-e32-t10": dict(env="CartPole-v1", envs_per_actor=32, unroll_length=10),  # the defaults' 320 frames per update as 32 x 10: README, "Cheap environments"
     "cartpole-e64": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
     "cartpole-2x128": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),  # the fastest with two actors
     "cartpole-e256": dict(env="CartPole-v1", envs_per_actor=256, batch_size=512),
@@ -84,6 +85,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-e32-b64": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
     "minatar-breakout-e64-b128": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=128),
     "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
+    "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
     "pong": dict(env="ALE/Pong-v5", model="shallow"),  # the defaults: ale-py's vector env (--env-backend auto), 8 envs per actor
     "pong-best": dict(env="ALE/Pong-v5", model="shallow", envs_per_actor=16, batch_size=32),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
