@@ -59,9 +59,7 @@ from readme_table import write_table
 SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole": dict(env="CartPole-v1"),  # the defaults: 16 envs per actor, Gymnasium's vector CartPole (chosen for learning speed too)
     "cartpole-e32": dict(env="CartPole-v1", envs_per_actor=32),  # more envs per actor amortise per-step glue
-    "cartpole-e32-t10": dict(
-        env="CartPole-v1", envs_per_actor=32, unroll_length=10
-    ),  # the defaults' 320 frames per update as 32 x 10: README, "Cheap environments"
+    "cartpole-e32-t10": dict(env="CartPole-v1", envs_per_actor=32, unroll_length=10),  # 320 frames per update, as the defaults
     "cartpole-e64": dict(env="CartPole-v1", envs_per_actor=64, batch_size=128),
     "cartpole-2x128": dict(env="CartPole-v1", envs_per_actor=128, batch_size=256),  # the fastest with two actors
     "cartpole-e256": dict(env="CartPole-v1", envs_per_actor=256, batch_size=512),
