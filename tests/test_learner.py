@@ -131,7 +131,7 @@ def test_a_compiled_learner_updates_as_the_eager_one():
         "plain": {},
         "popart": dict(popart=True, levels="CartPole-v1,CartPole-v0"),
         "replay": dict(envs_per_actor=8, batch_size=16, replay_fraction=0.5, replay_kl_limit=0.5),
-        "lstm": dict(lstm=True),  # the core unrolled over T inside the compiled pass, reset at episode starts
+        "lstm": dict(lstm=True),  # its nn.LSTM runs eagerly between compiled graphs (Dynamo does not trace it)
         "bf16": dict(learner_precision="bf16"),  # autocast inside the compiled pass
     }
     for name, flags in variants.items():
