@@ -237,7 +237,7 @@ class Config:
     seed: int = 0
     """Seed: actor i uses seed+i, its environment j seed + i*envs_per_actor + j."""
     logdir: str | None = None
-    """Where logs, config and checkpoints go; default runs/<env>-<timestamp>."""
+    """Where logs, config and checkpoints go; default runs/<env>-<timestamp>, a new directory each run (-2, -3, ... when runs start in the same second). A named logdir that holds a run is resumed."""
     stop_at_return: float | None = None
     """Stop early once the mean return of the last 100 episodes reaches this; default: the env's reward threshold (CartPole-v1: 475), none for Atari."""
     log_interval: float = 5.0

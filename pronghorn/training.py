@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import os
 import random
@@ -67,10 +68,22 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _new_run_dir(base: str) -> str:
+    """A directory of its own for a run without --logdir: base, else base-2, base-3, ... Runs started in the
+    same second share a time stamp; mkdir succeeds for one process only, so none takes over another's run."""
+    for n in itertools.count(1):
+        path = base if n == 1 else f"{base}-{n}"
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
 def _move_aside(logdir: str, why: str) -> str:
     """Move every file of a previous run into <logdir>/previous-<time>/ (never delete)."""
-    target = os.path.join(logdir, time.strftime("previous-%Y%m%d-%H%M%S"))
-    os.makedirs(target)
+    target = _new_run_dir(os.path.join(logdir, time.strftime("previous-%Y%m%d-%H%M%S")))
     for name in os.listdir(logdir):
         if not name.startswith("previous-"):
             shutil.move(os.path.join(logdir, name), os.path.join(target, name))
@@ -82,7 +95,10 @@ def prepare_logdir(cfg: Config) -> tuple[str, str | None, dict | None]:
     """Create or reopen the logdir; returns (logdir, checkpoint path, checkpoint state) to resume from."""
     logdir = cfg.resolved_logdir(time.strftime("%Y%m%d-%H%M%S"))
     try:
-        os.makedirs(logdir, exist_ok=True)
+        if cfg.logdir:
+            os.makedirs(logdir, exist_ok=True)  # a named logdir is reopened: that is how a run resumes
+        else:
+            logdir = _new_run_dir(logdir)
         has_run = any(not n.startswith("previous-") for n in os.listdir(logdir))
         if has_run and cfg.restart:
             _move_aside(logdir, "--restart")
@@ -225,9 +241,8 @@ def _build_learner(cfg: Config, agent: Agent, spec: EnvSpec, saved: dict | None,
     return learner
 
 
-def _build_ring(cfg: Config, spec: EnvSpec, core_size: int, saved: dict | None, resumed_from: str | None) -> ReplayRing | None:
-    """The replay ring (None without replay), restored from `saved` when the run checkpoints it."""
-    ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
+def _restore_ring(ring: ReplayRing | None, cfg: Config, saved: dict | None, resumed_from: str | None) -> None:
+    """Say what the replay ring holds, and refill it from `saved` when the run checkpoints it."""
     if ring is not None:
         log.info(
             "replay: %d of every %d unrolls from a ring of %s unrolls (%s MiB)",
@@ -244,14 +259,12 @@ def _build_ring(cfg: Config, spec: EnvSpec, core_size: int, saved: dict | None, 
             except ValueError as exc:
                 raise ConfigError(f"checkpoint {resumed_from}: {exc}; use the run's flags or --restart") from None
             log.info("replay ring restored: %s unrolls", f"{ring.size:,}")
-    return ring
 
 
 def train(cfg: Config) -> TrainResult:
     """Train until --total-frames (or the return target); returns where everything went."""
     spec = probe_levels(cfg)
     cfg = cfg.for_observations(spec.obs_shape)
-    logdir, resumed_from, saved = prepare_logdir(cfg)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -266,10 +279,13 @@ def train(cfg: Config) -> TrainResult:
         agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
     except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash
         raise ConfigError(str(exc)) from None
+    # Every refusal comes before the logdir is touched: a mistyped flag leaves no half-made run behind.
+    ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
+    logdir, resumed_from, saved = prepare_logdir(cfg)
     stats = LevelStats(cfg.level_names, saved["stats"] if saved else None)
     num_params = sum(p.numel() for p in agent.parameters())
     actor_cfg = dataclasses.replace(cfg, seed=cfg.seed + stats.generation * _SEED_STRIDE)
-    ring = _build_ring(cfg, spec, agent.core_size, saved, resumed_from)  # refused sizes stop here, before any actor starts
+    _restore_ring(ring, cfg, saved, resumed_from)
     runtime = _make_runtime(actor_cfg, spec, num_params, agent.core_size, device)
     try:
         runtime.start()

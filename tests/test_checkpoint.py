@@ -229,6 +229,27 @@ def test_restart_moves_the_old_run_aside(tmp_path):
     assert glob.glob(os.path.join(previous[0], "checkpoints", "ckpt-*.pt"))
 
 
+def test_runs_started_in_the_same_second_each_get_their_own_logdir(tmp_path):
+    # Without --logdir the name is runs/<env>-<time to the second>: a second run must not reopen the first's.
+    import threading
+
+    from pronghorn.training import _new_run_dir
+
+    base, barrier, made = str(tmp_path / "CartPole-v1-20261204-061613"), threading.Barrier(8), []
+
+    def start() -> None:
+        barrier.wait()
+        made.append(_new_run_dir(base))
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(made) == sorted([base] + [f"{base}-{n}" for n in range(2, 9)])
+    assert all(os.listdir(path) == [] for path in made)
+
+
 def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
     import errno
 

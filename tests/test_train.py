@@ -124,12 +124,14 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         (["--eval-every", "often"], "--eval-every: cannot read 'often'"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(args, expected):
-    proc = subprocess.run(CLI + ["train", *args, "--no-progress"], capture_output=True, text=True, timeout=120, env=ENV)
+def test_bad_input_exits_2_with_one_line(args, expected, tmp_path):
+    # Run where a default logdir (runs/<env>-<time>) would land, to see that a refused run makes none.
+    proc = subprocess.run(CLI + ["train", *args, "--no-progress"], capture_output=True, text=True, timeout=120, env=ENV, cwd=tmp_path)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("pronghorn: error:") and expected in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def test_help_and_bad_flags_are_answered_before_torch_is_imported():
