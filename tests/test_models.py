@@ -141,3 +141,46 @@ def test_act_bootstraps_cut_rows_in_the_same_pass_as_two_separate_passes_would(l
         fresh, _ = agent(final_obs[None], last_action[cut][None], reward[cut][None], torch.ones(1, 2, dtype=torch.bool), core[:, cut], level=level[cut])
         assert not torch.allclose(values, fresh.baseline[0])
     assert act(agent, obs, last_action, r, d, core, level, uniform)[2] is None  # nothing cut: no values
+
+
+@pytest.mark.parametrize("model", ["shallow", "nature", "deep"])
+def test_channels_last_on_cpu_gives_the_nchw_outputs_and_gradients(model, monkeypatch):
+    # models._conv_layout runs the convolutions channels last on CPU (faster there); flatten must still
+    # read the features in NCHW order, so the fc weights and every gradient mean what they meant before.
+    from pronghorn import models
+
+    torch.manual_seed(0)
+    agent = Agent((4, 84, 84), 6, model=model, normalize_observations=True)
+    T, B = 3, 2
+    obs = torch.randint(0, 256, (T, B, 4, 84, 84), dtype=torch.uint8)
+    agent.obs_norm.update(obs)
+    last_action = torch.zeros(T, B, dtype=torch.int64)
+
+    def outputs_and_grads():
+        agent.zero_grad()
+        logits, values, _ = agent.logits_and_values(obs, last_action, None, None, agent.initial_state(B))
+        (logits.square().sum() + values.sum()).backward()
+        grads = [p.grad.clone() for p in agent.parameters() if p.requires_grad]
+        return logits.detach(), values.detach(), grads
+
+    seen = []
+    layout = models._conv_layout
+    monkeypatch.setattr(models, "_conv_layout", lambda x, always: seen.append(layout(x, always)) or seen[-1])
+    logits, values, grads = outputs_and_grads()
+    assert seen and seen[-1].is_contiguous(memory_format=torch.channels_last) and not seen[-1].is_contiguous()
+    monkeypatch.setattr(models, "_conv_layout", lambda x, always: x)
+    ref_logits, ref_values, ref_grads = outputs_and_grads()
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(values, ref_values, rtol=1e-4, atol=1e-5)
+    for g, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(g, ref, rtol=1e-3, atol=1e-4)
+
+
+def test_an_actor_s_step_converts_only_the_deep_torso_to_channels_last():
+    from pronghorn.models import _conv_layout
+
+    x = torch.rand(8, 4, 84, 84)
+    with torch.inference_mode():  # as Acting runs an actor's step
+        assert _conv_layout(x, always=False) is x  # shallow, Nature: the conversion costs more than it saves
+        assert _conv_layout(x, always=True).is_contiguous(memory_format=torch.channels_last)
+    assert _conv_layout(x, always=False).is_contiguous(memory_format=torch.channels_last)  # a backward follows
