@@ -279,7 +279,8 @@ def train(cfg: Config) -> TrainResult:
         agent = build_agent(cfg, spec.obs_shape, spec.num_actions).to(device)
     except ValueError as exc:  # a --model that does not fit the observations: bad input, not a crash
         raise ConfigError(str(exc)) from None
-    # Every refusal comes before the logdir is touched: a mistyped flag leaves no half-made run behind.
+    # The refusals that need no run (bad flags, a replay ring too large) come before a new logdir is made, so
+    # they leave no half-made run behind; only those about the run found there (resume conflicts, a checkpoint that does not fit) come after.
     ring = build_ring(cfg, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
     logdir, resumed_from, saved = prepare_logdir(cfg)
     stats = LevelStats(cfg.level_names, saved["stats"] if saved else None)
