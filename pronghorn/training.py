@@ -69,8 +69,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _new_run_dir(base: str) -> str:
-    """A directory of its own for a run without --logdir: base, else base-2, base-3, ... Runs started in the
-    same second share a time stamp; mkdir succeeds for one process only, so none takes over another's run."""
+    """A new directory named base, else base-2, base-3, ...: a run's without --logdir, or the previous-<time>
+    folder a restart moves old files into. Both names carry a time stamp to the second, which two runs (or
+    restarts) can share; mkdir succeeds for one process only, so none takes over another's directory."""
     for n in itertools.count(1):
         path = base if n == 1 else f"{base}-{n}"
         try:
