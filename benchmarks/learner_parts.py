@@ -1,0 +1,99 @@
+"""Where the learner process's time goes in a real run: CPU and wall time per update of each part.
+
+  .venv/bin/python benchmarks/learner_parts.py                                   # CartPole, the defaults
+  .venv/bin/python benchmarks/learner_parts.py --frames 2000000 -- --num-actors 1
+  .venv/bin/python benchmarks/learner_parts.py --frames 500000 -- --env MinAtar/Breakout-v0
+
+Runs `pronghorn train` in this process (actors in their own, as always) with timers around the learner
+thread's parts: the update (`Learner.step`), taking the next batch (`Staging.next`: mostly waiting for
+actors on CPU), publishing the weights and reading the batch's finished games. It prints, per update, the
+thread's CPU time (time.thread_time: what the part cost) and wall time (what it took, waits and
+preemption included), Python's garbage collections and their CPU time, and the process's context
+switches. Compare the update's CPU time with `benchmarks/throughput.py`'s learner component (the same
+update alone, back to back on an idle core) to see how much slower it runs among the actors.
+The run stops at --frames, not at the env's reward threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pronghorn.cli as cli
+import pronghorn.training as training
+from pronghorn.learner import Learner
+from pronghorn.runtime.shm import WeightStore
+from pronghorn.staging import Staging
+
+cpu: collections.Counter[str] = collections.Counter()
+wall: collections.Counter[str] = collections.Counter()
+calls: collections.Counter[str] = collections.Counter()
+
+
+def timed(owner: Any, name: str, key: str) -> None:
+    """Replace owner.name by a wrapper that adds its thread CPU time and wall time to the counters."""
+    inner: Callable[..., Any] = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        c0, w0 = time.thread_time(), time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            cpu[key] += time.thread_time() - c0
+            wall[key] += time.perf_counter() - w0
+            calls[key] += 1
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--frames", type=int, default=3_000_000, help="frames to train (the run's --total-frames)")
+    parser.add_argument("train_args", nargs="*", help="more `pronghorn train` flags, after --")
+    args = parser.parse_args()
+
+    timed(Learner, "step", "update")
+    timed(Staging, "next", "next batch")
+    timed(WeightStore, "publish", "publish weights")
+    timed(training, "finished_episodes", "finished games")
+    collections_by_gen: collections.Counter[int] = collections.Counter()
+    gc_cpu = [0.0, 0.0]  # start of the running collection, total
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_cpu[0] = time.thread_time()
+        else:
+            gc_cpu[1] += time.thread_time() - gc_cpu[0]
+            collections_by_gen[info["generation"]] += 1
+
+    gc.callbacks.append(on_gc)
+    with tempfile.TemporaryDirectory() as logdir:
+        argv = ["train", "--env", args.env, "--total-frames", str(args.frames), "--stop-at-return", "1e12"]
+        argv += ["--logdir", logdir, "--no-progress", *args.train_args]
+        c0, w0 = time.thread_time(), time.perf_counter()
+        code = cli.main(argv)
+        thread_cpu, elapsed = time.thread_time() - c0, time.perf_counter() - w0
+    if code or not calls["update"]:
+        sys.exit(code or 1)
+    n = calls["update"]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        f"\n{n} updates in {elapsed:.1f} s; the learner thread (start-up included): {thread_cpu / n * 1e6:,.0f} us CPU per update, {elapsed / n * 1e6:,.0f} us wall"
+    )
+    for key in ("update", "next batch", "publish weights", "finished games"):
+        k = max(calls[key], 1)
+        print(f"  {key:16s} {cpu[key] / k * 1e6:8,.0f} us CPU  {wall[key] / k * 1e6:8,.0f} us wall  per call ({calls[key]} calls)")
+    print(f"  garbage collections {dict(sorted(collections_by_gen.items()))}: {gc_cpu[1] / n * 1e6:,.0f} us CPU per update")
+    print(f"  context switches per update: {usage.ru_nvcsw / n:.2f} voluntary, {usage.ru_nivcsw / n:.2f} involuntary")
+
+
+if __name__ == "__main__":  # actors are spawned: they import this file and must not train
+    main()
