@@ -21,6 +21,13 @@ both are printed with their ratio. Settings named "-best" are the configuration 
 actor, larger batches; for CartPole one actor process, so two processes share two cores with neither
 time-sliced); the others are pronghorn's defaults.
 
+With --repeats N every setting is measured N times, the settings in turn (round 1 runs each once, then
+round 2, ...), so a machine that drifts over the minutes of a run moves every setting alike. Rows on this
+kind of machine move by up to ±0.1 between runs minutes apart: the table then shows each setting's median
+round and every round's ratio beside it.
+
+  .venv/bin/python benchmarks/throughput.py --only cartpole --only cartpole-best --repeats 3
+
 With --runtime ray it also trains each setting on Ray, on a private one-node instance and on a simulated
 two-node cluster (ray.cluster_utils, one CPU per node), and prints frames/s, mean policy lag and the
 ratio to the local runtime.
@@ -254,8 +261,16 @@ def main() -> None:
     parser.add_argument("--deterministic-cost", action="store_true", help="also run end to end with --deterministic and print its fps / normal fps")
     parser.add_argument("--runtime", choices=("local", "ray"), default="local", help="ray: also compare the Ray runtime (1 node, 2 simulated nodes)")
     parser.add_argument("--inference", choices=("default", "both"), default="default", help="both: train each setting with actor and with central inference")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure every setting this many times, in turns (each round runs every setting once); the table shows each setting's median round and every round's ratio",
+    )
     parser.add_argument("--readme", help="write the table between the throughput markers of this README")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats is {args.repeats}: use 1 or more rounds")
     if args.runtime == "ray":
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, before Ray is imported
     cores = os.cpu_count() or 1
@@ -269,6 +284,9 @@ def main() -> None:
         + (" other inference (fps, ratio) |" if args.inference == "both" else ""),
         "|---|---|---|---|---|---|---|" + ("---|" if args.inference == "both" else ""),
     ]
+    if args.repeats > 1:
+        table[0] += " ratio in each round |"
+        table[1] += "---|"
 
     def setting(name: str, **changes: Any) -> Config:
         # Built from the setting each time, not replaced in a resolved Config: defaults that follow a
@@ -276,7 +294,8 @@ def main() -> None:
         cfg = Config(**{"num_actors": args.num_actors, **SETTINGS[name], **changes})
         return cfg.for_observations(probe(cfg.env, cfg).obs_shape)
 
-    for name in args.only or DEFAULT_SETTINGS:
+    def measure(name: str, rnd: int) -> tuple[float, str]:
+        """One round of one setting: prints its line, returns (ratio, table row)."""
         cfg = setting(name)
         before, stepper = measure_components(cfg, args.seconds)
         frames = int(cores / sum(before.values()) * args.e2e_seconds * 0.6)
@@ -307,14 +326,29 @@ def main() -> None:
             lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), frames)
             torch.set_num_threads(1)
             line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
-        print(line, flush=True)
-        table.append(row)
-        if args.runtime == "ray":
+        print(line if args.repeats == 1 else f"round {rnd + 1}: {line}", flush=True)
+        if args.runtime == "ray" and rnd == 0:
             print(f"{name:22s} {ray_comparison(cfg, frames)}", flush=True)
+        return measured / limit, row
+
+    names = args.only or DEFAULT_SETTINGS
+    rounds: dict[str, list[tuple[float, str]]] = {name: [] for name in names}
+    for rnd in range(args.repeats):  # every setting once per round, so the machine's drift spreads over all of them
+        for name in names:
+            rounds[name].append(measure(name, rnd))
+    for name in names:
+        _, row = sorted(rounds[name])[len(rounds[name]) // 2]  # the median round's row (the upper one of an even count)
+        table.append(row if args.repeats == 1 else row + " " + " / ".join(f"{r:.2f}" for r, _ in rounds[name]) + " |")
     print("\nratio = pronghorn's training frames/s (learner-consumed, steady state) / component limit\n")
     print("\n".join(table))
     if args.readme:
-        write_table(args.readme, "throughput", "benchmarks/throughput.py", table, "")
+        write_table(
+            args.readme,
+            "throughput",
+            "benchmarks/throughput.py",
+            table,
+            "" if args.repeats == 1 else f", {args.repeats} rounds in turns, each row the median round",
+        )
 
 
 if __name__ == "__main__":
