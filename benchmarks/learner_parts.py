@@ -9,8 +9,10 @@ thread's parts: the update (`Learner.step`), taking the next batch (`Staging.nex
 actors on CPU), publishing the weights and reading the batch's finished games. It prints, per update, the
 thread's CPU time (time.thread_time: what the part cost) and wall time (what it took, waits and
 preemption included), Python's garbage collections and their CPU time, and the process's context
-switches. Compare the update's CPU time with `benchmarks/throughput.py`'s learner component (the same
-update alone, back to back on an idle core) to see how much slower it runs among the actors.
+switches. The update's CPU time can be set beside `benchmarks/throughput.py`'s learner component (the
+same update alone, back to back on an idle core), but on the 2-core development machine that update alone
+differed by up to 1.7x from one process to the next (README, "Where the defaults' learner time goes"):
+compare several runs of each, not one.
 The run stops at --frames, not at the env's reward threshold.
 """
 
