@@ -52,6 +52,11 @@ def check(cfg: Config) -> None:
     need(cfg.rmsprop_init >= 0, f"--rmsprop-init is {cfg.rmsprop_init}: it must be 0 or more (0 is PyTorch's start, 1 TF1's)")
     need(cfg.rmsprop_init == 0 or cfg.optimizer == "rmsprop", "--rmsprop-init sets RMSProp's state: drop it with --optimizer adam")
     need(cfg.rmsprop_momentum >= 0, f"--rmsprop-momentum is {cfg.rmsprop_momentum}: it must be 0 or more")
+    need(cfg.ppo_clip is None or 0 < cfg.ppo_clip < 1, f"--ppo-clip is {cfg.ppo_clip}: it must lie in (0, 1), e.g. 0.1 or 0.2 (or unset for IMPALA's term)")
+    need(
+        cfg.ppo_clip is None or cfg.updates_per_batch > 1,
+        "--ppo-clip clips the passes after a batch's first, and there is one: add --updates-per-batch 2 or more, or drop --ppo-clip",
+    )
     need(0 <= cfg.vtrace_lambda <= 1, f"--vtrace-lambda is {cfg.vtrace_lambda}: it must lie in [0, 1]")
     need(cfg.grad_norm_clip > 0, f"--grad-norm-clip is {cfg.grad_norm_clip}: it must be positive")
     need(cfg.baseline_cost >= 0, f"--baseline-cost is {cfg.baseline_cost}: it must be 0 or more")

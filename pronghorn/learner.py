@@ -11,7 +11,7 @@ from pronghorn import vtrace
 from pronghorn.config import Config, resolved
 from pronghorn.diagnostics import DeadUnits
 from pronghorn.flat import flatten_parameters, optimizer_state_to_flat
-from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, entropy_loss, policy_gradient_loss
+from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
 
@@ -25,6 +25,8 @@ class _Terms(NamedTuple):
     reported: tuple[torch.Tensor, ...]  # 0-d, detached: total, pg, baseline, entropy terms, the negative entropy, mean value
     vs: torch.Tensor  # [T, B] V-trace value targets (PopArt's statistics follow them)
     abs_advantages: torch.Tensor  # [T, B] |policy-gradient advantages| (replay priorities)
+    action_log_probs: torch.Tensor  # [T, B] log pi(a_t|x_t) under this pass's weights, detached (--ppo-clip's anchor)
+    clip_fraction: torch.Tensor  # 0-d: share of steps whose ratio to the anchor is outside the clip (0 without --ppo-clip)
     replay_metrics: dict[str, float]
 
 
@@ -65,6 +67,7 @@ class Learner:
         self.dead_units = DeadUnits(agent.torso)
         self.dead: dict[str, float] = {}
         self.abs_advantages = torch.zeros(0)  # [T, B] of the last step: replay priorities are made from it
+        self._anchor: torch.Tensor | None = None  # [T, B] log pi(a_t|x_t) at the current batch's first pass
         # --compile-learner: the shapes never change within a run (dynamic=False), so the pass compiles once,
         # and once more with replay, whose batches are all fresh until the ring fills (a new `fresh`); with
         # replay it is two graphs around _replay_terms, which runs eagerly between them.
@@ -76,10 +79,11 @@ class Learner:
             return self.base_lr
         return self.base_lr * max(0.0, 1.0 - self.frames / self.lr_decay_frames)
 
-    def _losses(self, batch: Unroll, reward: torch.Tensor, done: torch.Tensor, fresh: int, weights: torch.Tensor | None) -> _Terms:
+    def _losses(self, batch: Unroll, reward: torch.Tensor, done: torch.Tensor, fresh: int, weights: torch.Tensor | None, anchor: torch.Tensor | None) -> _Terms:
         """The forward pass, V-trace and the loss terms of one update (what --compile-learner compiles).
 
-        reward: the batch's clipped rewards [T+1, B]; done: terminated or truncated [T+1, B]."""
+        reward: the batch's clipped rewards [T+1, B]; done: terminated or truncated [T+1, B]; anchor: [T, B]
+        log pi(a_t|x_t) of the batch's first pass (--ppo-clip's later passes), None on the first."""
         cfg = self.cfg
         # The batch's actions were chosen by the actors: this pass chooses none. --learner-precision bf16:
         # the products run in bfloat16 (autocast keeps fp32 weights); what comes out is fp32 again before
@@ -113,20 +117,37 @@ class Learner:
             replay_metrics, pg_weights = self._replay_terms(batch, logits, fresh, weights)
         popart, level = self.agent.popart, batch.level[0]
         if popart is None:
-            pg = policy_gradient_loss(logits, actions, vt.pg_advantages if pg_weights is None else vt.pg_advantages * pg_weights)
+            pg, clip_fraction = self._policy_loss(vt, anchor, logits, actions, pg_weights)
             bl = cfg.baseline_cost * baseline_loss(vt.vs, values, weights)
         else:
             # PopArt: each level's advantages and value error are measured in units of its own target
             # scale, so a level with large returns does not drown the others' gradients.
             sigma = popart.sigma().detach()[level]  # [B]
-            scale = 1.0 / sigma if pg_weights is None else pg_weights / sigma
-            pg = policy_gradient_loss(logits, actions, vt.pg_advantages * scale)
+            pg, clip_fraction = self._policy_loss(vt, anchor, logits, actions, 1.0 / sigma if pg_weights is None else pg_weights / sigma)
             bl = cfg.baseline_cost * baseline_loss(popart.normalize(vt.vs, level), popart.normalize(values, level), weights)
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
         reported = tuple(x.detach() for x in (total, pg, bl, ent, neg_entropy, values.mean()))
-        return _Terms(total, reported, vt.vs.detach(), vt.pg_advantages.detach().abs(), replay_metrics)
+        log_pi = vt.target_action_log_probs.detach()
+        return _Terms(total, reported, vt.vs.detach(), vt.pg_advantages.detach().abs(), log_pi, clip_fraction, replay_metrics)
+
+    def _policy_loss(
+        self, vt: vtrace.VTraceFromLogitsReturns, anchor: torch.Tensor | None, logits: torch.Tensor, actions: torch.Tensor, scale: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """IMPALA's policy-gradient term, or PPO's clipped surrogate with --ppo-clip, and the share of steps
+        outside the clip (0-d; 0 without it). scale [B] weighs each column's advantages."""
+        advantages = vt.pg_advantages if scale is None else vt.pg_advantages * scale
+        clip = self.cfg.ppo_clip
+        if clip is None:
+            return policy_gradient_loss(logits, actions, advantages), advantages.new_zeros(())
+        # The ratio is to the batch's first pass, not to the actors' policy: the first pass (anchor None, the
+        # ratio 1 with its gradient) is then IMPALA's update exactly, and V-trace's weights inside the
+        # advantages alone correct the actors' lag, as they do without the clip.
+        log_pi = vt.target_action_log_probs
+        log_ratio = log_pi - (log_pi.detach() if anchor is None else anchor)
+        outside = (log_ratio.detach().exp() - 1.0).abs().gt(clip).float().mean()
+        return clipped_policy_loss(log_ratio, advantages, clip), outside
 
     def step(self, batch: Unroll, fresh: int = -1, weights: torch.Tensor | None = None, count: bool = True) -> dict[str, float]:
         """One update on a time-major batch [T+1, B, ...]; returns its metrics.
@@ -147,10 +168,12 @@ class Learner:
         if probe:
             # The probe's forward hooks call .item(): this pass runs eagerly, uncompiled, once in ten updates.
             self.dead_units.arm()
-            terms = self._losses(batch, reward, done, fresh, weights)
+            terms = self._losses(batch, reward, done, fresh, weights, None if count else self._anchor)
             self.dead = self.dead_units.read()
         else:
-            terms = self._compiled_losses(batch, reward, done, fresh, weights)
+            terms = self._compiled_losses(batch, reward, done, fresh, weights, None if count else self._anchor)
+        if count:
+            self._anchor = terms.action_log_probs  # later passes over this batch (count=False) clip their ratio to it
         total, vs, popart, level = terms.total, terms.vs, self.agent.popart, batch.level[0]
         self.abs_advantages = terms.abs_advantages
         replay_metrics = terms.replay_metrics
@@ -168,8 +191,8 @@ class Learner:
         lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
         # Every scalar this step reports, read from the device in one transfer: the step's only host-device
         # sync (the finiteness check needs it before the optimizer step anyway).
-        scalars = torch.stack([*terms.reported, grad_norm_t.detach(), lag.min(), lag.mean(), lag.max()])
-        total_f, pg_f, bl_f, ent_f, neg_entropy_f, value_mean, grad_norm, lag_min, lag_mean, lag_max = scalars.float().cpu().tolist()
+        scalars = torch.stack([*terms.reported, grad_norm_t.detach(), lag.min(), lag.mean(), lag.max(), terms.clip_fraction])
+        total_f, pg_f, bl_f, ent_f, neg_entropy_f, value_mean, grad_norm, lag_min, lag_mean, lag_max, clip_fraction = scalars.float().cpu().tolist()
         # A non-finite loss or gradient would poison the weights (and RMSProp's statistics) for good:
         # skip the update. The batch still counts as consumed frames.
         finite = math.isfinite(total_f) and math.isfinite(grad_norm)
@@ -203,6 +226,8 @@ class Learner:
             **self.dead,
             **replay_metrics,
         }
+        if cfg.ppo_clip is not None:
+            metrics["clip_fraction"] = clip_fraction  # 0 on a batch's first pass; how far later passes got
         if popart is not None:
             for name, mu, sigma in zip(cfg.level_names, popart.mu.tolist(), popart.sigma().tolist()):
                 metrics[f"popart_mu/{name}"], metrics[f"popart_sigma/{name}"] = mu, sigma

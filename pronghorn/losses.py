@@ -27,6 +27,18 @@ def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages
     return -(action_log_probs(logits, actions) * advantages.detach()).sum()
 
 
+def clipped_policy_loss(log_rhos: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's clipped surrogate, summed: -sum min(rho_t A_t, clip(rho_t, 1 - clip, 1 + clip) A_t).
+
+    log_rhos [T, B]: log pi(a_t|x_t) minus the log-probability under the policy the ratio is taken to (PPO's
+    "old" policy), the gradient flowing through pi; advantages [T, B] are constants. At rho = 1 its gradient
+    is the plain policy gradient's; once rho has left [1 - clip, 1 + clip] in the advantage's direction the
+    step gets none, so passes that reuse a batch cannot push one action's probability far from the old one."""
+    rhos = log_rhos.exp()
+    a_t = advantages.detach()
+    return -torch.minimum(rhos * a_t, rhos.clamp(1.0 - clip, 1.0 + clip) * a_t).sum()
+
+
 def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """0.5 * sum w (v_s - V(x_s))^2; the learner weighs it with --baseline-cost (0.5 in IMPALA).
 

@@ -54,6 +54,27 @@ def test_adam_is_available_and_dead_units_are_reported():
     assert "value_mean" in metrics
 
 
+def test_ppo_clip_first_pass_is_impala_s_update_and_later_passes_are_clipped_to_it():
+    """--ppo-clip's ratio is to the batch's first pass: that pass is IMPALA's update exactly (the ratio is 1,
+    and the clipped surrogate's gradient there is the policy gradient's); later passes see the policy the
+    first one moved, report how many steps left the clip, and update differently from IMPALA's."""
+
+    def learner(**kw):
+        torch.manual_seed(0)
+        return Learner(Config(total_frames=10_000, learning_rate=0.001, **kw).for_observations((4,)), Agent((4,), 2), frames_per_step=1)
+
+    batch = synthetic_batches(1, T=20, B=8)[0]
+    impala, ppo = learner(updates_per_batch=2), learner(updates_per_batch=2, ppo_clip=0.1)
+    impala.step(batch)
+    first = ppo.step(batch)
+    torch.testing.assert_close(ppo.flat, impala.flat)
+    assert first["clip_fraction"] == 0.0 and "clip_fraction" not in impala.step(batch, count=False)
+    second = ppo.step(batch, count=False)
+    assert 0.0 < second["clip_fraction"] < 1.0
+    assert not torch.allclose(ppo.flat, impala.flat)
+    assert ppo.frames == impala.frames == 20 * 8  # a second pass counts no frames
+
+
 def test_rmsprop_init_sets_the_size_of_the_first_steps():
     """PyTorch starts RMSProp's running squares at 0: the first step moves every weight by ~10x the rate
     (lr * g / sqrt(0.01 g^2)); started at 1 (TF1's start), it moves by lr * g / sqrt(0.99 + 0.01 g^2)."""

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pronghorn.losses import baseline_loss, clip_rewards, entropy_loss, policy_gradient_loss
+from pronghorn.losses import baseline_loss, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss
 from pronghorn.softmax import action_log_probs, log_softmax, softmax
 
 
@@ -30,6 +30,43 @@ def test_policy_gradient_does_not_flow_into_advantages():
     adv = torch.randn(2, 2, requires_grad=True)
     policy_gradient_loss(logits, torch.zeros(2, 2, dtype=torch.long), adv).backward()
     assert adv.grad is None and logits.grad is not None
+
+
+def test_clipped_policy_loss_golden_values():
+    # rho = 2 with A = +1 is clipped to 1.2; rho = 0.5 with A = +1 is not (the min keeps 0.5);
+    # rho = 0.5 with A = -1 is clipped to 0.8 (min(-0.5, -0.8)); rho = 2 with A = -1 is not (-2).
+    log_rhos = torch.log(torch.tensor([[2.0, 0.5], [0.5, 2.0]]))
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    torch.testing.assert_close(clipped_policy_loss(log_rhos, adv, 0.2), -torch.tensor(1.2 + 0.5 - 0.8 - 2.0))
+
+
+def test_clipped_policy_loss_is_the_policy_gradient_on_policy_and_stops_outside_the_clip():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    actions = torch.randint(0, 5, (4, 3))
+    adv = torch.randn(4, 3, dtype=torch.float64)
+
+    def grad(shift: torch.Tensor | float) -> torch.Tensor:
+        # log pi - log mu with mu = pi moved by `shift` in log space (only pi carries the gradient)
+        log_rhos = action_log_probs(logits, actions) - action_log_probs(logits.detach(), actions) + shift
+        return torch.autograd.grad(clipped_policy_loss(log_rhos, adv, 0.1), logits)[0]
+
+    # Behaviour = target: rho = 1 everywhere, and the gradient is IMPALA's policy gradient's.
+    (g_pg,) = torch.autograd.grad(policy_gradient_loss(logits, actions, adv), logits)
+    torch.testing.assert_close(grad(0.0), g_pg)
+    # Moved past 1 + clip where the advantage is positive, or below 1 - clip where it is negative: no gradient
+    # from those steps; moved the other way, the step still gets one (the min keeps the unclipped term).
+    shift = torch.where(adv > 0, 0.5, -0.5)
+    assert grad(shift).abs().max() == 0
+    g_in = grad(-shift)
+    assert (g_in.abs().sum(-1) > 0).all()
+
+
+def test_clipped_policy_loss_does_not_flow_into_advantages():
+    log_rhos = torch.zeros(2, 2, requires_grad=True)
+    adv = torch.randn(2, 2, requires_grad=True)
+    clipped_policy_loss(log_rhos, adv, 0.2).backward()
+    assert adv.grad is None and log_rhos.grad is not None
 
 
 @pytest.mark.parametrize("shape", [(3, 2, 4), (21, 512, 2), (5, 200, 6)], ids=["few-rows", "across-rows-A2", "across-rows-A6"])

@@ -107,6 +107,8 @@ def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
         (["--total-frames", "lots"], "--total-frames"),
         (["--lr-decay-frames", "-5"], "--lr-decay-frames: cannot read '-5'"),
         (["--vtrace-lambda", "1.5"], "--vtrace-lambda is 1.5"),
+        (["--ppo-clip", "0", "--updates-per-batch", "2"], "--ppo-clip is 0.0: it must lie in (0, 1)"),
+        (["--ppo-clip", "0.1"], "--ppo-clip clips the passes after a batch's first, and there is one"),
         (["--env", "CartPole-v1", "--model", "nature"], "--model nature needs image observations"),
         (["--model", "huge"], "--model"),
         (["--learning-rate", "nan"], "--learning-rate"),
