@@ -172,7 +172,7 @@ class Learner:
             self.dead = self.dead_units.read()
         else:
             terms = self._compiled_losses(batch, reward, done, fresh, weights, None if count else self._anchor)
-        if count:
+        if count and self.cfg.ppo_clip is not None:
             self._anchor = terms.action_log_probs  # later passes over this batch (count=False) clip their ratio to it
         total, vs, popart, level = terms.total, terms.vs, self.agent.popart, batch.level[0]
         self.abs_advantages = terms.abs_advantages
