@@ -11,7 +11,7 @@ from pronghorn import vtrace
 from pronghorn.config import Config, resolved
 from pronghorn.diagnostics import DeadUnits
 from pronghorn.flat import flatten_parameters, optimizer_state_to_flat
-from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss
+from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss, standardized
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
 
@@ -116,15 +116,21 @@ class Learner:
         if cfg.replay_fraction:
             replay_metrics, pg_weights = self._replay_terms(batch, logits, fresh, weights)
         popart, level = self.agent.popart, batch.level[0]
+        advantages = vt.pg_advantages
         if popart is None:
-            pg, clip_fraction = self._policy_loss(vt, anchor, logits, actions, pg_weights)
             bl = cfg.baseline_cost * baseline_loss(vt.vs, values, weights)
         else:
             # PopArt: each level's advantages and value error are measured in units of its own target
             # scale, so a level with large returns does not drown the others' gradients.
             sigma = popart.sigma().detach()[level]  # [B]
-            pg, clip_fraction = self._policy_loss(vt, anchor, logits, actions, 1.0 / sigma if pg_weights is None else pg_weights / sigma)
+            advantages = advantages / sigma
             bl = cfg.baseline_cost * baseline_loss(popart.normalize(vt.vs, level), popart.normalize(values, level), weights)
+        if cfg.normalize_advantages:
+            advantages = standardized(advantages)
+        if pg_weights is not None:
+            # After standardising: a column replay's trust region masked (weight 0) stays out of the term.
+            advantages = advantages * pg_weights
+        pg, clip_fraction = self._policy_loss(vt, anchor, logits, actions, advantages)
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
@@ -133,11 +139,10 @@ class Learner:
         return _Terms(total, reported, vt.vs.detach(), vt.pg_advantages.detach().abs(), log_pi, clip_fraction, replay_metrics)
 
     def _policy_loss(
-        self, vt: vtrace.VTraceFromLogitsReturns, anchor: torch.Tensor | None, logits: torch.Tensor, actions: torch.Tensor, scale: torch.Tensor | None
+        self, vt: vtrace.VTraceFromLogitsReturns, anchor: torch.Tensor | None, logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """IMPALA's policy-gradient term, or PPO's clipped surrogate with --ppo-clip, and the share of steps
-        outside the clip (0-d; 0 without it). scale [B] weighs each column's advantages."""
-        advantages = vt.pg_advantages if scale is None else vt.pg_advantages * scale
+        outside the clip (0-d; 0 without it). advantages [T, B]: V-trace's, scaled and weighed as the caller chose."""
         clip = self.cfg.ppo_clip
         if clip is None:
             return policy_gradient_loss(logits, actions, advantages), advantages.new_zeros(())

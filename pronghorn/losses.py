@@ -39,6 +39,15 @@ def clipped_policy_loss(log_rhos: torch.Tensor, advantages: torch.Tensor, clip: 
     return -torch.minimum(rhos * a_t, rhos.clamp(1.0 - clip, 1.0 + clip) * a_t).sum()
 
 
+def standardized(advantages: torch.Tensor) -> torch.Tensor:
+    """(A_t - mean A) / std A over every step of the batch [T, B], as PPO implementations and Sample Factory
+    do to theirs. The policy term's size then no longer follows the rewards': while they are rare (Pong's
+    first million frames) the entropy and value terms do not outweigh it. Advantages that are all equal
+    come out 0 (the std's floor only guards the division)."""
+    std, mean = torch.std_mean(advantages.detach(), correction=0)  # correction 0: one step gives std 0, not NaN
+    return (advantages - mean) / std.clamp_min(1e-7)
+
+
 def baseline_loss(targets: torch.Tensor, values: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """0.5 * sum w (v_s - V(x_s))^2; the learner weighs it with --baseline-cost (0.5 in IMPALA).
 

@@ -75,6 +75,27 @@ def test_ppo_clip_first_pass_is_impala_s_update_and_later_passes_are_clipped_to_
     assert ppo.frames == impala.frames == 20 * 8  # a second pass counts no frames
 
 
+def test_normalize_advantages_makes_the_update_independent_of_the_rewards_scale():
+    """With the value head at 0 and no value loss, V-trace's advantages scale with the rewards. Standardised,
+    the policy term is then the same for rewards x1 and x10, and so is the update; IMPALA's term grows tenfold
+    beside the entropy term, so its update is not."""
+
+    def first_update(reward_scale, **kw):
+        torch.manual_seed(0)
+        cfg = Config(total_frames=10_000, reward_clipping="none", baseline_cost=0.0, grad_norm_clip=1e9, **kw)
+        learner = Learner(cfg.for_observations((4,)), Agent((4,), 2), frames_per_step=1)
+        with torch.no_grad():
+            learner.agent.baseline.weight.zero_()  # views of the learner's flat weights
+            learner.agent.baseline.bias.zero_()
+        batch = synthetic_batches(1, T=20, B=8)[0]
+        learner.step(batch._replace(reward=batch.reward * reward_scale))
+        return learner.flat.detach().clone()
+
+    torch.testing.assert_close(first_update(1.0, normalize_advantages=True), first_update(10.0, normalize_advantages=True))
+    assert not torch.allclose(first_update(1.0), first_update(10.0))
+    assert not torch.allclose(first_update(1.0), first_update(1.0, normalize_advantages=True))
+
+
 def test_rmsprop_init_sets_the_size_of_the_first_steps():
     """PyTorch starts RMSProp's running squares at 0: the first step moves every weight by ~10x the rate
     (lr * g / sqrt(0.01 g^2)); started at 1 (TF1's start), it moves by lr * g / sqrt(0.99 + 0.01 g^2)."""

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pronghorn.losses import baseline_loss, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss
+from pronghorn.losses import baseline_loss, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss, standardized
 from pronghorn.softmax import action_log_probs, log_softmax, softmax
 
 
@@ -67,6 +67,20 @@ def test_clipped_policy_loss_does_not_flow_into_advantages():
     adv = torch.randn(2, 2, requires_grad=True)
     clipped_policy_loss(log_rhos, adv, 0.2).backward()
     assert adv.grad is None and log_rhos.grad is not None
+
+
+def test_standardized_advantages_golden_values_and_edge_cases():
+    # mean 2.5, population std sqrt(1.25): [1, 2, 3, 4] -> [-3, -1, 1, 3] / sqrt(5)
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    torch.testing.assert_close(standardized(a), torch.tensor([[-3.0, -1.0], [1.0, 3.0]]) / 5**0.5)
+    # Invariant to a positive affine change of the advantages, so to the rewards' scale.
+    x = torch.randn(20, 8, dtype=torch.float64)
+    torch.testing.assert_close(standardized(x), standardized(7.0 * x - 3.0))
+    out = standardized(x)
+    assert abs(out.mean().item()) < 1e-12 and abs(out.std(correction=0).item() - 1) < 1e-12
+    # All equal (a reward-free stretch with a settled baseline), or one step: zeros, not NaN or a blow-up.
+    assert torch.equal(standardized(torch.full((5, 3), 0.25)), torch.zeros(5, 3))
+    assert torch.equal(standardized(torch.tensor([[4.0]])), torch.zeros(1, 1))
 
 
 @pytest.mark.parametrize("shape", [(3, 2, 4), (21, 512, 2), (5, 200, 6)], ids=["few-rows", "across-rows-A2", "across-rows-A6"])
