@@ -192,7 +192,7 @@ class Config:
     ppo_clip: float | None = None
     """With --updates-per-batch above 1: the policy-gradient term of every pass becomes PPO's clipped surrogate on V-trace's advantages, its ratio taken to the policy of the batch's first pass and clipped to 1 +- this epsilon (0.1 in Sample Factory's Atari APPO, 0.2 in PPO's paper). The first pass is IMPALA's update exactly; later ones cannot move an action's probability further than the clip. `clip_fraction` in metrics.csv is the share of steps outside it. Unset: every pass is IMPALA's."""
     normalize_advantages: bool = False
-    """Standardise the policy term's advantages over each batch (zero mean, unit standard deviation, after PopArt's per-level scale and before replay's weights), as PPO implementations and Sample Factory's APPO always do. Off: IMPALA's term, whose size follows the rewards'."""
+    """Standardise the policy term's advantages over each batch (zero mean, unit standard deviation, after PopArt's per-level scale and before replay's weights), as PPO implementations and Sample Factory's APPO always do. Off by default: IMPALA's term, whose size follows the rewards' (with the flag, Pong's policy collapsed in every run measured, the README's "Not yet")."""
     max_bad_updates: int = 10
     """Stop training (with a checkpoint of the last good state) after this many updates in a row with a non-finite loss or gradient; each is skipped."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
