@@ -4,8 +4,8 @@
   .venv/bin/python benchmarks/pinning.py --rounds 4 -- --env MinAtar/Breakout-v0
 
 Each run trains for --seconds, is placed --settle seconds in (every thread of the process: a thread's
-affinity is its own, so the learner's staging and logging threads are moved too), and reads frames/s
-between --skip seconds and its last metrics row. Placements, on the first two cores this process may use:
+affinity is its own, so the learner's staging and logging threads are moved too), and reads frames/s over
+its metrics rows after the first quarter (timed_run.steady_fps). Placements, on the first two cores this process may use:
   none          the scheduler's choice (what pronghorn does)
   actors-split  actor i on core i % 2, the learner free to use both
   split         the learner alone on one core, every actor on the other
@@ -15,17 +15,12 @@ Linux only (sched_setaffinity).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 
 import psutil
+from timed_run import steady_fps, train_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLACEMENTS = ("none", "actors-split", "split")
 
 
@@ -51,22 +46,12 @@ def place(placement: str, learner: psutil.Process, cores: list[int]) -> int:
 
 
 def run(placement: str, args: argparse.Namespace, cores: list[int]) -> tuple[float, int]:
-    with tempfile.TemporaryDirectory(prefix=f"pin-{placement}-") as logdir:
-        cmd = [sys.executable, "-m", "pronghorn.cli", "train", *args.train, "--total-frames", "10G", "--stop-at-return", "1e12"]
-        cmd += ["--logdir", logdir, "--no-progress", "--log-interval", "2"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-        try:
-            time.sleep(args.settle)
-            actors = place(placement, psutil.Process(proc.pid), cores)
-            time.sleep(args.seconds - args.settle)
-        finally:
-            proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit
-            proc.wait(timeout=180)
-        with open(os.path.join(logdir, "metrics.csv"), newline="") as f:
-            points = [(float(r["time"]), float(r["frames"])) for r in csv.DictReader(f)]
-    start = next(p for p in points if p[0] >= args.skip)
-    end = points[-1]
-    return (end[1] - start[1]) / (end[0] - start[0]), actors
+    found: list[int] = []
+    with tempfile.TemporaryDirectory(prefix=f"pin-{placement}-") as tmp:  # the run's logdir and stderr file
+        rows = train_for(
+            args.train, args.seconds, os.path.join(tmp, "run"), args.settle, lambda pid: found.append(place(placement, psutil.Process(pid), cores))
+        )
+    return steady_fps(rows), found[0]
 
 
 def main() -> None:
@@ -74,7 +59,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=30.0, help="wall time of each run")
     parser.add_argument("--settle", type=float, default=4.0, help="seconds before placing (the actors have started)")
-    parser.add_argument("--skip", type=float, default=8.0, help="frames/s counts from this many seconds in")
     parser.add_argument("train", nargs="*", help="pronghorn train's flags, after --")
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))

@@ -8,12 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def train_for(args: list[str], seconds: float, logdir: str) -> list[dict[str, str]]:
-    """Run `pronghorn train *args` from this checkout for `seconds`, stop it as Ctrl-C would; its metrics rows."""
+def train_for(args: list[str], seconds: float, logdir: str, at: float = 0.0, call: Callable[[int], object] | None = None) -> list[dict[str, str]]:
+    """Run `pronghorn train *args` from this checkout for `seconds`, stop it as Ctrl-C would; its metrics rows.
+
+    call: run with the training process's pid `at` seconds in (benchmarks/pinning.py places its processes)."""
     cmd = [sys.executable, "-m", "pronghorn.cli", "train", *args, "--total-frames", "10G", "--stop-at-return", "1e12"]
     cmd += ["--logdir", logdir, "--no-progress", "--log-interval", "2"]
     print("pronghorn:", " ".join(cmd[3:]), flush=True)
@@ -22,7 +25,10 @@ def train_for(args: list[str], seconds: float, logdir: str) -> list[dict[str, st
     err_path = logdir.rstrip("/") + ".stderr.txt"  # beside the logdir, which pronghorn creates
     with open(err_path, "w") as err_file:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, text=True, cwd=ROOT)  # this checkout's pronghorn
-        time.sleep(seconds)
+        if call is not None:
+            time.sleep(at)
+            call(proc.pid)
+        time.sleep(seconds - (at if call is not None else 0.0))
         if proc.poll() is not None:
             print(f"  pronghorn exited by itself (exit {proc.returncode}) before {seconds:.0f} s: see {err_path}", flush=True)
         proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit (SIGINT is ignored in a background job)
