@@ -25,14 +25,16 @@ def train_for(args: list[str], seconds: float, logdir: str, at: float = 0.0, cal
     err_path = logdir.rstrip("/") + ".stderr.txt"  # beside the logdir, which pronghorn creates
     with open(err_path, "w") as err_file:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, text=True, cwd=ROOT)  # this checkout's pronghorn
-        if call is not None:
-            time.sleep(at)
-            call(proc.pid)
-        time.sleep(seconds - (at if call is not None else 0.0))
-        if proc.poll() is not None:
-            print(f"  pronghorn exited by itself (exit {proc.returncode}) before {seconds:.0f} s: see {err_path}", flush=True)
-        proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit (SIGINT is ignored in a background job)
-        proc.wait(timeout=180)
+        try:  # a call that raises (its process gone, placement refused) must not leave the run training
+            if call is not None:
+                time.sleep(at)
+                call(proc.pid)
+            time.sleep(seconds - (at if call is not None else 0.0))
+            if proc.poll() is not None:
+                print(f"  pronghorn exited by itself (exit {proc.returncode}) before {seconds:.0f} s: see {err_path}", flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit (SIGINT is ignored in a background job)
+            proc.wait(timeout=180)
     with open(err_path) as f:
         err = f.read()
     path = os.path.join(logdir, "metrics.csv")
