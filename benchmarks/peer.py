@@ -9,6 +9,8 @@ Factory reached.
   .venv/bin/python benchmarks/peer.py                       # CartPole and Pong, 120 s each per system
   .venv/bin/python benchmarks/peer.py --only cartpole --seconds 60
   .venv/bin/python benchmarks/peer.py --readme README.md     # both, and rewrites the README's peer table
+  .venv/bin/python benchmarks/peer.py --only pong --peer-only --peer-frames 1867776 --seconds 3600 --at 933888
+                                                             # one more Sample Factory run, to 1.87M frames
 
 Settings (same network on both sides):
   cartpole  CartPole-v1, MLP 2 x 64, no RNN; 2 workers/actors; pronghorn with its defaults and with
@@ -113,7 +115,32 @@ def _remove_leftovers(before: set[str]) -> None:
         print(f"  removed {len(left)} shared-memory entries Sample Factory left in /dev/shm", flush=True)
 
 
-def run_sample_factory(python: str, args: list[str], seconds: float, workdir: str) -> dict:
+def _frames_logged(log_path: str) -> int:
+    with open(log_path) as f:
+        found = _SF_LINE.findall(f.read())
+    return int(found[-1][1]) if found else 0
+
+
+def _wait_for(proc: subprocess.Popen, log_path: str, seconds: float, stop_frames: int | None) -> None:
+    """Waits until Sample Factory exits, `seconds` pass, or (with `stop_frames`) its log reports that many frames.
+
+    Raises TimeoutExpired when it is still running, so that the caller stops it."""
+    if stop_frames is None:
+        proc.wait(timeout=seconds)
+        return
+    # Stopping at a frame count, not by passing --train_for_env_steps: its learning rate decays linearly over
+    # that count, so a shorter one would change the run being compared.
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+            return
+        if _frames_logged(log_path) >= stop_frames:
+            break
+    raise subprocess.TimeoutExpired(proc.args, seconds)
+
+
+def run_sample_factory(python: str, args: list[str], seconds: float, workdir: str, stop_frames: int | None = None) -> dict:
     cmd = [python, *args, "--experiment", "peer", "--train_dir", workdir, "--num_workers", "2", "--use_rnn", "False"]
     cmd += ["--device", "cpu", "--with_wandb", "False"]
     # Sample Factory "decorrelates" by stepping its k-th env k rollouts at random before sampling, without
@@ -131,7 +158,7 @@ def run_sample_factory(python: str, args: list[str], seconds: float, workdir: st
         # stopped by it), and whatever of its session is still there half a minute later is killed.
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            proc.wait(timeout=seconds)
+            _wait_for(proc, log_path, seconds, stop_frames)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGINT)
             try:
@@ -187,9 +214,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="wall time each system trains per setting")
     parser.add_argument("--venv", default=os.path.join(HERE, ".peer-venv"))
     parser.add_argument("--readme", help="write the table between the peer markers of this README (every setting: not with --only)")
+    parser.add_argument("--peer-only", action="store_true", help="run Sample Factory alone (another run of it, for its spread between runs)")
+    parser.add_argument("--peer-frames", type=int, help="stop Sample Factory once it reports this many frames (--seconds still bounds it)")
+    parser.add_argument("--at", type=int, action="append", help="also print both mean returns at this frame count (repeat it)")
     args = parser.parse_args()
-    if args.readme and args.only:
-        parser.error("--readme rewrites the whole peer table: run every setting (drop --only)")
+    if args.readme and (args.only or args.peer_only):
+        parser.error("--readme rewrites the whole peer table: run every setting and both systems (drop --only and --peer-only)")
     python = ensure_venv(args.venv)
     lines = []
     table = [
@@ -199,9 +229,11 @@ def main() -> None:
     for name in args.only or list(SETTINGS):
         setting = SETTINGS[name]
         with tempfile.TemporaryDirectory() as sf_dir:
-            sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir)
+            sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir, args.peer_frames)
         print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
-        for variant, flags in setting["pronghorn"].items():
+        for at in args.at or []:
+            print(f"    at {at:12,} frames: sample factory {return_at(sf['curve'], at):7.2f}", flush=True)
+        for variant, flags in {} if args.peer_only else setting["pronghorn"].items():
             with tempfile.TemporaryDirectory() as ph_dir:
                 ph = run_pronghorn(flags, args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
             line = (
@@ -211,8 +243,7 @@ def main() -> None:
             )
             print(line, flush=True)
             # Both mean returns along the way, at fractions of the frames Sample Factory reached.
-            for share in (0.25, 0.5, 0.75, 1.0):
-                at = share * sf["frames"]
+            for at in sorted([share * sf["frames"] for share in (0.25, 0.5, 0.75, 1.0)] + (args.at or [])):
                 print(f"    at {at:12,.0f} frames: sample factory {return_at(sf['curve'], at):7.2f}, pronghorn {return_at(ph['curve'], at):7.2f}", flush=True)
             lines.append(line)
             table.append(
