@@ -250,7 +250,8 @@ def main() -> None:
                 f"| {name}, pronghorn {variant} | {sf['fps']:,.0f} | {ph['fps']:,.0f} | {ph['fps'] / sf['fps']:.1f}× |"
                 f" {sf['return']:.2f} / {ph['return_at']:.2f} at {sf['frames']:,} frames ({ph['return']:.2f} by the end, {ph['frames']:,} frames) |"
             )
-    print(f"\n{args.seconds:.0f} s each on {os.cpu_count()} cores; fps = training frames/s in steady state (first quarter skipped)")
+    if lines:  # with --peer-only there is no side-by-side to sum up
+        print(f"\n{args.seconds:.0f} s each on {os.cpu_count()} cores; fps = training frames/s in steady state (first quarter skipped)")
     for line in lines:
         print(line)
     if args.readme:
