@@ -218,6 +218,8 @@ def main() -> None:
     parser.add_argument("--peer-frames", type=int, help="stop Sample Factory once it reports this many frames (--seconds still bounds it)")
     parser.add_argument("--at", type=int, action="append", help="also print both mean returns at this frame count (repeat it)")
     args = parser.parse_args()
+    if args.peer_frames is not None and args.peer_frames <= 0:
+        parser.error(f"--peer-frames must be a positive frame count, got {args.peer_frames}: pass e.g. 1867776")
     if args.readme and (args.only or args.peer_only):
         parser.error("--readme rewrites the whole peer table: run every setting and both systems (drop --only and --peer-only)")
     python = ensure_venv(args.venv)
@@ -231,7 +233,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as sf_dir:
             sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir, args.peer_frames)
         print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
-        for at in args.at or []:
+        for at in args.at if args.peer_only and args.at else []:  # otherwise printed beside pronghorn's, below
             print(f"    at {at:12,} frames: sample factory {return_at(sf['curve'], at):7.2f}", flush=True)
         for variant, flags in {} if args.peer_only else setting["pronghorn"].items():
             with tempfile.TemporaryDirectory() as ph_dir:
@@ -242,7 +244,7 @@ def main() -> None:
                 f" ({ph['return_at']:.2f} at {sf['frames']:,} frames) | fps ratio {ph['fps'] / sf['fps']:.1f}x"
             )
             print(line, flush=True)
-            # Both mean returns along the way, at fractions of the frames Sample Factory reached.
+            # Both mean returns along the way, at fractions of the frames Sample Factory reached and at --at.
             for at in sorted([share * sf["frames"] for share in (0.25, 0.5, 0.75, 1.0)] + (args.at or [])):
                 print(f"    at {at:12,.0f} frames: sample factory {return_at(sf['curve'], at):7.2f}, pronghorn {return_at(ph['curve'], at):7.2f}", flush=True)
             lines.append(line)
