@@ -233,9 +233,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as sf_dir:
             sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir, args.peer_frames)
         print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
-        for at in args.at if args.peer_only and args.at else []:  # otherwise printed beside pronghorn's, below
-            print(f"    at {at:12,} frames: sample factory {return_at(sf['curve'], at):7.2f}", flush=True)
-        for variant, flags in {} if args.peer_only else setting["pronghorn"].items():
+        if args.peer_only:  # Sample Factory's curve alone (otherwise --at is printed beside pronghorn's, below)
+            for at in args.at or []:
+                print(f"    at {at:12,} frames: sample factory {return_at(sf['curve'], at):7.2f}", flush=True)
+            continue
+        for variant, flags in setting["pronghorn"].items():
             with tempfile.TemporaryDirectory() as ph_dir:
                 ph = run_pronghorn(flags, args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
             line = (
