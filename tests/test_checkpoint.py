@@ -233,13 +233,13 @@ def test_runs_started_in_the_same_second_each_get_their_own_logdir(tmp_path):
     # Without --logdir the name is runs/<env>-<time to the second>: a second run must not reopen the first's.
     import threading
 
-    from pronghorn.training import _new_run_dir
+    from pronghorn.rundir import new_run_dir
 
     base, barrier, made = str(tmp_path / "CartPole-v1-20261204-061613"), threading.Barrier(8), []
 
     def start() -> None:
         barrier.wait()
-        made.append(_new_run_dir(base))
+        made.append(new_run_dir(base))
 
     threads = [threading.Thread(target=start) for _ in range(8)]
     for thread in threads:
