@@ -316,9 +316,9 @@ def main() -> None:
         costs = {k: (before[k] + after[k]) / 2 for k in before}
         limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
         if max(sum(before.values()), sum(after.values())) > _RETIME_ABOVE * min(sum(before.values()), sum(after.values())):
-            # One timing is far off (2026-12-05: the deep ResNet's components, timed after the LSTM setting in
-            # the same process, at 6x their cost after its run, twice; cause not found; a ratio of 2.70 without
-            # this): a third timing decides, each component its median of three.
+            # One timing is far off (2026-12-05: the deep ResNet's update, timed after the LSTM setting in the
+            # same process, at 9x its cost on denormal floats, README "Where the limit is reached"; a ratio of 2.70
+            # without this): a third timing decides, each component its median of three.
             third, _ = measure_components(cfg, args.seconds, stepper)
             costs = {k: sorted((before[k], after[k], third[k]))[1] for k in before}
             limits += f", again {cores / sum(third.values()):9,.0f} (median of three)"
