@@ -161,6 +161,10 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
         env_costs.update(raw_env_costs(cfg.env, E, spec.num_actions, fps, seconds / 2, only=stepper))
     fastest = min(env_costs, key=lambda k: env_costs[k])
 
+    # Seeded, so the weights timed do not depend on what this process ran before: after the LSTM setting's
+    # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
+    # floats, at 9x its cost (README, "Where the limit is reached").
+    torch.manual_seed(0)
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     agent.eval()
     acting = Acting(agent, E)  # the actors' own step (LocalPolicy.answer calls it)
@@ -316,9 +320,9 @@ def main() -> None:
         costs = {k: (before[k] + after[k]) / 2 for k in before}
         limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
         if max(sum(before.values()), sum(after.values())) > _RETIME_ABOVE * min(sum(before.values()), sum(after.values())):
-            # One timing is far off (2026-12-05: the deep ResNet's update, timed after the LSTM setting in the
-            # same process, at 9x its cost on denormal floats, README "Where the limit is reached"; a ratio of 2.70
-            # without this): a third timing decides, each component its median of three.
+            # One timing is far off (2026-12-05, before measure_components seeded its agent: the deep ResNet's
+            # update at 9x its cost on denormal floats, a ratio of 2.70): a third timing decides, each component
+            # its median of three.
             third, _ = measure_components(cfg, args.seconds, stepper)
             costs = {k: sorted((before[k], after[k], third[k]))[1] for k in before}
             limits += f", again {cores / sum(third.values()):9,.0f} (median of three)"
