@@ -25,10 +25,8 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from throughput import SETTINGS, measure_components
+from throughput import SETTINGS, measure_components, setting_config
 
-from pronghorn import Config
-from pronghorn.envs import probe
 from pronghorn.runtime.tuning import limit_threads, tune_malloc
 
 
@@ -37,9 +35,7 @@ def components(setting: str, cpu: int, seconds: float, results: Any = None) -> d
     os.sched_setaffinity(0, {cpu})
     tune_malloc()
     limit_threads(1)
-    cfg = Config(**SETTINGS[setting])
-    cfg = cfg.for_observations(probe(cfg.env, cfg).obs_shape)
-    costs, _ = measure_components(cfg, seconds)
+    costs, _ = measure_components(setting_config(setting, num_actors=2), seconds)
     micros = {name: value * 1e6 for name, value in costs.items()}
     if results is not None:
         results.put(micros)

@@ -134,6 +134,15 @@ DEFAULT_SETTINGS = [
 ]
 
 
+def setting_config(name: str, num_actors: int, **changes: Any) -> Config:
+    """The resolved Config of SETTINGS[name], with `num_actors` where the setting names none, and `changes`.
+
+    Built from the setting each time, not replaced in a resolved Config: defaults that follow a changed
+    flag (--actor-nice follows --inference) are filled in again."""
+    cfg = Config(**{"num_actors": num_actors, **SETTINGS[name], **changes})
+    return cfg.for_observations(probe(cfg.env, cfg).obs_shape)
+
+
 def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -> float:
     """Process CPU seconds per unit (all threads of this process count), measured for >= min_seconds."""
     for _ in range(warmup):
@@ -304,10 +313,7 @@ def main() -> None:
         table[1] += "---|"
 
     def setting(name: str, **changes: Any) -> Config:
-        # Built from the setting each time, not replaced in a resolved Config: defaults that follow a
-        # changed flag (--actor-nice follows --inference) are filled in again.
-        cfg = Config(**{"num_actors": args.num_actors, **SETTINGS[name], **changes})
-        return cfg.for_observations(probe(cfg.env, cfg).obs_shape)
+        return setting_config(name, args.num_actors, **changes)
 
     def measure(name: str, rnd: int) -> tuple[float, str]:
         """One round of one setting: prints its line, returns (ratio, table row)."""
@@ -318,8 +324,9 @@ def main() -> None:
         torch.set_num_threads(1)
         after, _ = measure_components(cfg, args.seconds, stepper)
         costs = {k: (before[k] + after[k]) / 2 for k in before}
-        limits = f"limit before {cores / sum(before.values()):9,.0f}, after {cores / sum(after.values()):9,.0f}"
-        if max(sum(before.values()), sum(after.values())) > _RETIME_ABOVE * min(sum(before.values()), sum(after.values())):
+        before_sum, after_sum = sum(before.values()), sum(after.values())
+        limits = f"limit before {cores / before_sum:9,.0f}, after {cores / after_sum:9,.0f}"
+        if max(before_sum, after_sum) > _RETIME_ABOVE * min(before_sum, after_sum):
             # One timing is far off (2026-12-05, before measure_components seeded its agent: the deep ResNet's
             # update at 9x its cost on denormal floats, a ratio of 2.70): a third timing decides, each component
             # its median of three.
