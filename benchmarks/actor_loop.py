@@ -1,6 +1,6 @@
 """Where an actor's time goes inside its loop, against each part called alone.
 
-For one env batch (pronghorn's own, as an actor makes it) and the acting step the actor runs (`Acting`),
+For one env batch (pronghorn's own, as an actor makes it) and the acting step the actor runs (`LocalPolicy.answer`),
 in one process on one thread, it prints microseconds per call of:
   alone      the env step, called back to back (random actions); the answer, called back to back
   in loop    the actor's loop: env step, answer, slot-row write, each timed inside the loop
@@ -24,12 +24,22 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from pronghorn import Config
-from pronghorn.acting import Acting
-from pronghorn.actor import _Step, _write_row
+from pronghorn.actor import LocalPolicy, _Step, _write_row
 from pronghorn.envs import make_batched, probe
-from pronghorn.models import build_agent
-from pronghorn.records import PolicyAnswer, Unroll, unroll_spec, zeros_unroll
+from pronghorn.records import Unroll, unroll_spec, zeros_unroll
 from pronghorn.runtime.tuning import limit_threads
+
+
+class _InitialWeights:
+    """A WeightSource that leaves the agent's initial weights in place (version 0)."""
+
+    version = 0
+
+    def load_into(self, model: torch.nn.Module, timeout: float) -> int:
+        return 0
+
+    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:
+        return 0
 
 
 def per_call(fn, calls: int) -> float:
@@ -44,20 +54,14 @@ def measure(env_id: str, envs: int, calls: int, sweep_mb: int) -> None:
     cfg = Config(env=env_id, num_actors=1, envs_per_actor=envs, batch_size=envs)
     spec = probe(cfg.env, cfg)
     cfg = cfg.for_observations(spec.obs_shape)
-    agent = build_agent(cfg, spec.obs_shape, spec.num_actions).eval()
-    acting = Acting(agent, envs)
+    policy = LocalPolicy(0, cfg, spec, _InitialWeights())  # the actor's own answer, as run_actor calls it
     env = make_batched([env_id] * envs, list(range(envs)), cfg)
     out = env.reset()
     rng = np.random.default_rng(0)
     actions = [rng.integers(0, spec.num_actions, envs) for _ in range(64)]
-    core = agent.initial_state(envs)
-    generator = torch.Generator().manual_seed(0)
-    slot = Unroll._make(t.numpy() for t in zeros_unroll(unroll_spec(20, envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)))
-    zeros = torch.zeros(envs, dtype=torch.long)
-
-    def answer(env_out, last_action: torch.Tensor) -> PolicyAnswer:
-        step, _, _ = acting(torch.from_numpy(env_out.obs), last_action, None, None, core, None, torch.rand(envs, 1, generator=generator))
-        return PolicyAnswer(step.action, step.policy_logits, core, np.zeros(envs, np.float32), 0)
+    slot = Unroll._make(t.numpy() for t in zeros_unroll(unroll_spec(20, envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, policy.agent.core_size)))
+    zeros = np.zeros(envs, np.int64)
+    answer = policy.answer
 
     k = iter(range(10**12))
     env_alone = per_call(lambda: env.step(actions[next(k) % 64]), calls)
@@ -68,7 +72,7 @@ def measure(env_id: str, envs: int, calls: int, sweep_mb: int) -> None:
     for i in range(calls):
         t0 = time.process_time()
         action = reply.action
-        env_out = env.step(action.numpy())
+        env_out = env.step(action)
         t1 = time.process_time()
         reply = answer(env_out, action)
         t2 = time.process_time()

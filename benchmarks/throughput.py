@@ -180,10 +180,15 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     state = agent.initial_state(E)
     zeros_a, zeros_r, zeros_d = torch.zeros(E, dtype=torch.long), torch.zeros(E), torch.zeros(E, dtype=torch.bool)
     level = torch.zeros(E, dtype=torch.int64)
-    generator = torch.Generator().manual_seed(0)
+    draws = np.random.default_rng(0)
+    obs_np = obs.numpy()
 
-    def infer():  # as LocalPolicy.answer calls it: Acting enters inference mode itself where it helps
-        acting(obs, zeros_a, zeros_r, zeros_d, state, level, torch.rand(E, 1, generator=generator))
+    def infer():  # as LocalPolicy.answer calls it: numpy in and out for the MLP; Acting enters inference mode itself where it helps
+        uniform = draws.random((E, 1), dtype=np.float32)
+        if acting.mode == "numpy":
+            acting.numpy_answer(obs_np, uniform)
+        else:
+            acting(obs, zeros_a, zeros_r, zeros_d, state, level, torch.from_numpy(uniform))
 
     infer_cost = cpu_time_per(infer, E * fps, seconds)
 

@@ -14,6 +14,10 @@ from torch import nn
 from pronghorn.models import Agent, MLPTorso, SmallTorso, sample_actions
 from pronghorn.records import AgentOutput
 
+# The heads' logits [B, A], values [B] and the cut rows' values [n] (None without cut rows), as views of one buffer.
+_HeadArrays = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+_HeadTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
 
 def act(
     agent: Agent,
@@ -67,7 +71,8 @@ class Acting:
     - The MLP runs in numpy, on numpy views of the agent's weights (weights are loaded into the agent in
       place, which the views see) and buffers kept here. On a few hundred rows or fewer its cost is the
       ops' dispatch, not their arithmetic, and torch's dispatch costs more than numpy's, the more so
-      between env steps (README, "The MLP acts in numpy").
+      between env steps (README, "The MLP acts in numpy"). `numpy_answer` is that step with numpy in and
+      out, which the actors call so that no torch call falls between their env steps.
     - The small-grid CNN (MinAtar) calls its torso module and nothing else, then both heads in one product.
 
     What a call returns may view the buffers: it holds until the next call, so copy what must outlive it.
@@ -118,8 +123,10 @@ class Acting:
             # The heads' output transposed, [A + 1, rows]: sampling reduces over actions, and numpy reduces a
             # few long rows far faster than many short ones (on 512 rows, 2-3x for max, cumsum and the count).
             self._np_heads_t = np.empty((width, rows), np.float32)
-            # per (rows, envs): logits [envs, A] and values as tensors viewing the heads' buffer
-            self._np_views: dict[tuple[int, int], tuple[np.ndarray, torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+            # per (rows, envs): the heads' buffer, and its logits [envs, A], values [envs] and cut rows' values
+            # [rows - envs] as numpy views; as tensors viewing them for `__call__` (made once: a view costs ~0.5 us)
+            self._np_views: dict[tuple[int, int], tuple[np.ndarray, _HeadArrays]] = {}
+            self._torch_views: dict[tuple[int, int], _HeadTensors] = {}
             return
         self._head_parts = ([h.weight.detach() for h in heads], [h.bias.detach() for h in heads])
         self._head_weight = torch.empty(width, agent.policy.in_features)
@@ -141,10 +148,20 @@ class Acting:
         """`act`'s arguments and results, without the time dimension: logits [B, A], baseline and action [B]."""
         cuts = cut is not None and final_obs is not None and cut.numel() > 0
         if self.mode == "numpy":  # no autograd to switch off: entering inference mode cost more than the products
-            # The cut rows' final observations ride in the same products, as in `act`.
-            x = np.concatenate([obs.numpy(), final_obs.numpy()]) if cuts and final_obs is not None else obs.numpy()
-            out, values = self._numpy_step(x, obs.shape[0], uniform)
-            return out, core, values
+            b = obs.shape[0]
+            heads_t, arrays = self._numpy_heads(obs.numpy(), final_obs.numpy() if cuts and final_obs is not None else None)
+            key = (heads_t.shape[1], b)
+            tensors = self._torch_views.get(key)
+            if tensors is None:
+                tensors = self._torch_views[key] = (
+                    torch.from_numpy(arrays[0]),
+                    torch.from_numpy(arrays[1]),
+                    None if arrays[2] is None else torch.from_numpy(arrays[2]),
+                )
+            logits, (logits_t, baseline_t, values_t) = arrays[0], tensors
+            draws = (uniform if uniform is not None else torch.rand(b, 1)).numpy()
+            action = torch.from_numpy(sample_actions_numpy(logits, draws))
+            return AgentOutput(logits_t, baseline_t, action), core, values_t
         with torch.inference_mode():  # lighter than no_grad per call: no version counters or views tracked
             if self.mode == "act":
                 out, core, values = act(self.agent, obs, last_action, reward, done, core, level, uniform, cut, final_obs)
@@ -167,8 +184,21 @@ class Acting:
         action = sample_actions(logits, uniform)
         return AgentOutput(logits, heads[:b, -1], action), heads[b:, -1] if n > b else None
 
-    def _numpy_step(self, x: np.ndarray, b: int, uniform: torch.Tensor | None) -> tuple[AgentOutput, torch.Tensor | None]:
-        """The MLP's step on x [n, *obs_shape]: b environments, then any cut rows, whose values come second."""
+    def numpy_answer(self, obs: np.ndarray, uniform: np.ndarray, final_obs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The MLP's step with numpy in and out (mode "numpy" only): what `LocalPolicy` calls, with no torch call.
+
+        obs [B, *obs_shape]; uniform [B, 1] float32 draws; final_obs [n, *obs_shape] of the rows a time limit
+        cut, or None. Returns the actions [B] int64 (a new array every call), the logits [B, A] and the cut
+        rows' values [n] (or None): those two view buffers that the next call overwrites.
+        """
+        _, (logits, _, values) = self._numpy_heads(obs, final_obs)
+        return sample_actions_numpy(logits, uniform), logits, values
+
+    def _numpy_heads(self, obs: np.ndarray, final_obs: np.ndarray | None) -> tuple[np.ndarray, _HeadArrays]:
+        """The MLP's products on obs [b, ...] and then any cut rows' final_obs [n - b, ...], whose values come second
+        (they ride in the same products, as in `act`). Returns the heads [A + 1, n] and their views (`_np_views`)."""
+        b = obs.shape[0]
+        x = obs if final_obs is None or not len(final_obs) else np.concatenate([obs, final_obs])
         n = x.shape[0]
         x = x.reshape(n, -1).astype(np.float32, copy=False)
         for weight_t, bias, buffer, zeros in self._layers:  # MLPTorso: Linear, ReLU, Linear, ReLU, ...
@@ -181,15 +211,11 @@ class Acting:
         views = self._np_views.get((n, b))
         if views is None:
             heads_t = self._np_heads_t[:, :n]
-            cut_values = torch.from_numpy(heads_t[-1, b:]) if n > b else None
-            views = self._np_views[n, b] = (heads_t, torch.from_numpy(heads_t[:-1, :b].T), torch.from_numpy(heads_t[-1, :b]), cut_values)
-        heads_t, logits, baseline, cut_values = views
+            views = self._np_views[n, b] = (heads_t, (heads_t[:-1, :b].T, heads_t[-1, :b], heads_t[-1, b:] if n > b else None))
         heads = np.matmul(x, self._np_head_weight.T, out=self._np_heads[:n])
         np.add(heads, self._np_head_bias, out=heads)
-        np.copyto(heads_t, heads.T)  # [A + 1, n]: the heads' rows are the actions
-        draws = (uniform if uniform is not None else torch.rand(b, 1)).numpy()
-        action = torch.from_numpy(sample_actions_numpy(logits.numpy(), draws))
-        return AgentOutput(logits, baseline, action), cut_values
+        np.copyto(views[0], heads.T)  # [A + 1, n]: the heads' rows are the actions
+        return views
 
 
 def sample_actions_numpy(logits: np.ndarray, uniform: np.ndarray) -> np.ndarray:

@@ -73,7 +73,7 @@ class _Step:
 
     def __init__(self, env_out, last_action, answer: PolicyAnswer):
         self.env_out = env_out
-        self.last_action = last_action  # [E] int64: action that led to obs[t]
+        self.last_action = last_action  # [E] int64 numpy: action that led to obs[t]
         self.answer = answer  # action and logits chosen from obs[t]; core_before: the core state before obs[t]
 
 
@@ -84,7 +84,7 @@ class Policy(Protocol):
     (runtime/inference.py) sends the step to one batched agent in the learner process.
     """
 
-    def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer: ...
+    def answer(self, env_out, last_action: np.ndarray) -> PolicyAnswer: ...
 
     def refresh(self) -> None:
         """Between unrolls: take newer weights if there are any."""
@@ -101,33 +101,45 @@ class LocalPolicy:
         self.version = weights.load_into(self.agent, cfg.timeout)
         self.acting = Acting(self.agent, cfg.envs)
         self.core = self.agent.initial_state(cfg.envs)  # the state after the last observation answered
+        self._core_placeholder = self.core.numpy()  # without LSTM the core state never changes: its numpy view, once
         self._level = torch.as_tensor(levels, dtype=torch.int64)  # [E]: selects each env's PopArt statistics
         # Actor i samples from its own generator (seed + i), as the inference server does for it: the same
         # weights and observations give the same actions in both modes.
-        self._generator = torch.Generator().manual_seed(cfg.seed + index)
+        self._generator = np.random.default_rng(cfg.seed + index)
 
-    def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer:
-        obs = torch.from_numpy(env_out.obs)
-        uniform = torch.rand(self.cfg.envs, 1, generator=self._generator)
-        reward = done = None  # only the LSTM core reads them; building them is measurable per step
-        if self.agent.use_lstm:
-            done = torch.from_numpy(env_out.terminated | env_out.truncated)
-            reward = clip_rewards(torch.from_numpy(env_out.reward), self.cfg.reward_clipping)
-        cut = final_obs = None
+    def answer(self, env_out, last_action: np.ndarray) -> PolicyAnswer:
+        uniform = self._generator.random((self.cfg.envs, 1), dtype=np.float32)
         truncation_value = np.zeros(self.cfg.envs, np.float32)
+        rows = final_obs = None
         if env_out.truncated.any():
-            # A time limit cut these episodes at final_obs: the learner bootstraps from V(final_obs), which
-            # `act` computes in the same pass, with the core state from before the reset (gone after it).
+            # A time limit cut these episodes at final_obs: the learner bootstraps from V(final_obs), which the
+            # step computes in the same pass, with the core state from before the reset (gone after it).
             rows = np.flatnonzero(env_out.truncated)
-            cut, final_obs = torch.from_numpy(rows), torch.from_numpy(env_out.final_obs[rows])
+            final_obs = env_out.final_obs[rows]
         # The answer views the acting step's buffers until the next call: the loop copies it into the slot
         # (and hands the action to the env) before it asks again.
-        out, core, values = self.acting(obs, last_action, reward, done, self.core, self._level, uniform, cut, final_obs)
+        if self.acting.mode == "numpy":
+            # The MLP's step without a torch call: torch calls between numpy env steps cost the actor more than
+            # their own time (README, "The actor's step without torch"). Its core state is a placeholder.
+            action, logits, values = self.acting.numpy_answer(env_out.obs, uniform, final_obs)
+            core_before = self._core_placeholder
+        else:
+            reward = done = None  # only the LSTM core reads them; building them is measurable per step
+            if self.agent.use_lstm:
+                done = torch.from_numpy(env_out.terminated | env_out.truncated)
+                reward = clip_rewards(torch.from_numpy(env_out.reward), self.cfg.reward_clipping)
+            cut = None if rows is None else torch.from_numpy(rows)
+            final = None if final_obs is None else torch.from_numpy(final_obs)
+            out, core, cut_values = self.acting(
+                torch.from_numpy(env_out.obs), torch.from_numpy(last_action), reward, done, self.core, self._level, torch.from_numpy(uniform), cut, final
+            )
+            action, logits, values = out.action.numpy(), out.policy_logits.numpy(), None if cut_values is None else cut_values.numpy()
+            # obs[t] was reached by action[t-1]; the agent answered it from the core state after obs[t-1].
+            core_before = self.core.numpy() if self.agent.use_lstm else self._core_placeholder
+            self.core = core
         if values is not None:
-            truncation_value[rows] = values.numpy()  # act returns them in the order of `cut`
-        # obs[t] was reached by action[t-1]; the agent answered it from the core state after obs[t-1].
-        core_before, self.core = self.core, core
-        return PolicyAnswer(out.action, out.policy_logits, core_before, truncation_value, self.version)
+            truncation_value[rows] = values  # in the order of `rows`
+        return PolicyAnswer(action, logits, core_before, truncation_value, self.version)
 
     def refresh(self) -> None:
         if self.weights.version != self.version:
@@ -149,9 +161,9 @@ def _write_row(buf: Any, t: int, step: _Step, truncation_value: np.ndarray) -> N
     buf.episode_end[t] = env.episode_end
     buf.episode_return[t] = env.episode_return
     buf.episode_frames[t] = env.episode_frames
-    buf.last_action[t] = step.last_action.numpy()
-    buf.action[t] = step.answer.action.numpy()
-    buf.policy_logits[t] = step.answer.policy_logits.numpy()
+    buf.last_action[t] = step.last_action
+    buf.action[t] = step.answer.action
+    buf.policy_logits[t] = step.answer.policy_logits
 
 
 def lockstep_update(cfg: Config, unroll: int) -> int:
@@ -193,7 +205,7 @@ def run_actor(
 
     env_out = env.reset()
     env_out.terminated[:] = True  # the first observation starts an episode (resets the core, zeroes inputs)
-    last_action = torch.zeros(E, dtype=torch.int64)
+    last_action = np.zeros(E, np.int64)
     step = _Step(env_out, last_action, policy.answer(env_out, last_action))
     row0_truncation = np.zeros(E, np.float32)
     reported_failures = 0
@@ -210,14 +222,14 @@ def run_actor(
                 policy.load_version(max(0, lockstep_update(cfg, unroll) - 1))
             unroll += 1
             buf = views[slot]
-            buf.core_state[:] = step.answer.core_before.numpy()
+            buf.core_state[:] = step.answer.core_before
             buf.level[0] = levels_row
             # Row 0 repeats the previous unroll's last row, so every transition lies inside one unroll.
             _write_row(buf, 0, step, row0_truncation)
             version = None  # the oldest weights that chose an action of rows 1..T: the unroll's policy version
             for t in range(1, T + 1):
                 action = step.answer.action
-                env_out = env.step(action.numpy())
+                env_out = env.step(action)
                 # obs[t] was reached by action[t-1]; the policy answers it (and V(final_obs) where truncated).
                 step = _Step(env_out, action, policy.answer(env_out, action))
                 _write_row(buf, t, step, step.answer.truncation_value)

@@ -45,11 +45,14 @@ class AgentOutput(NamedTuple):
 
 
 class PolicyAnswer(NamedTuple):
-    """The policy's answer to one step of an actor's E environments (from its own agent or the inference server)."""
+    """The policy's answer to one step of an actor's E environments (from its own agent or the inference server).
 
-    action: torch.Tensor  # [E] int64, chosen from obs[t]
-    policy_logits: torch.Tensor  # [E, A] float32
-    core_before: torch.Tensor  # [2, E, H] float32: the core state before obs[t] was processed
+    numpy arrays, like EnvOutput: the actor hands the action to the env and writes the rest into the slot's
+    numpy views, with no torch call on its per-step path (README, "The actor's step without torch")."""
+
+    action: np.ndarray  # [E] int64, chosen from obs[t]
+    policy_logits: np.ndarray  # [E, A] float32
+    core_before: np.ndarray  # [2, E, H] float32: the core state before obs[t] was processed
     truncation_value: np.ndarray  # [E] float32: V(final_obs) where the step truncated an episode, else 0
     version: int  # learner version of the weights that answered
 

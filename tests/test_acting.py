@@ -1,10 +1,16 @@
-"""The acting step: `Acting`'s numpy MLP path and small-grid CNN path against `act`, and sampling by the inverse CDF (torch and numpy)."""
+"""The acting step: `Acting`'s numpy MLP path (and the actor's torch-free answer through it) and small-grid CNN path against `act`, and sampling by the inverse CDF (torch and numpy)."""
+
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+import tests.flaky_env  # noqa: F401  (registers ShortCartPole-v0: a time limit every 5 steps)
 from pronghorn.acting import Acting, act, sample_actions_numpy
+from pronghorn.actor import LocalPolicy
+from pronghorn.config import Config
+from pronghorn.envs import make_batched, probe
 from pronghorn.models import Agent, SmallTorso, sample_actions
 
 
@@ -43,10 +49,47 @@ def test_the_numpy_mlp_step_gives_act_s_logits_values_and_actions():
         _same(acting(obs, last_action, None, None, core, None, uniform), act(agent, obs, last_action, None, None, core, None, uniform))
         # Time limits cut rows 1 and b-1: their V(final_obs) rides in the same products.
         cut, final_obs = torch.tensor([1, b - 1]), torch.randn(2, 4)
-        _same(
-            acting(obs, last_action, None, None, core, None, uniform, cut, final_obs),
-            act(agent, obs, last_action, None, None, core, None, uniform, cut, final_obs),
-        )
+        expected = act(agent, obs, last_action, None, None, core, None, uniform, cut, final_obs)
+        _same(acting(obs, last_action, None, None, core, None, uniform, cut, final_obs), expected)
+        # The actor's own entry, numpy in and out, gives the same actions, logits and values.
+        action, logits, values = acting.numpy_answer(obs.numpy(), uniform.numpy(), final_obs.numpy())
+        assert isinstance(action, np.ndarray) and action.dtype == np.int64
+        assert np.array_equal(action, expected[0].action[0].numpy())
+        np.testing.assert_allclose(logits, expected[0].policy_logits[0].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(values, expected[2].numpy(), rtol=1e-5, atol=1e-6)
+        action, logits, values = acting.numpy_answer(obs.numpy(), uniform.numpy())
+        assert values is None and np.array_equal(action, act(agent, obs, last_action, None, None, core, None, uniform)[0].action[0].numpy())
+
+
+def test_the_actor_s_mlp_step_makes_no_torch_call():
+    """Torch calls between numpy env steps cost the actor more than their own time (README, "The actor's step
+    without torch"): LocalPolicy's answer for the MLP, the slot's numpy views and the env's numpy actions
+    stay in numpy. A profile hook records every C function called during the answers."""
+    cfg = Config(env="ShortCartPole-v0", num_actors=1, envs_per_actor=8, batch_size=8)
+    spec = probe(cfg.env, cfg)
+    cfg = cfg.for_observations(spec.obs_shape)
+    weights = type("W", (), dict(version=0, load_into=lambda self, model, timeout: 0))()
+    policy = LocalPolicy(0, cfg, spec, weights)
+    env = make_batched([cfg.env] * 8, list(range(8)), cfg)
+    out, action = env.reset(), np.zeros(8, np.int64)
+    called = []
+
+    def hook(frame, event, arg):
+        if event == "c_call":
+            called.append(f"{getattr(arg, '__module__', None) or type(getattr(arg, '__self__', None)).__module__}.{arg.__name__}")
+
+    truncated = 0
+    for _ in range(30):  # time limits every 5 steps: the cut rows' values come in numpy too
+        sys.setprofile(hook)
+        answer = policy.answer(out, action)
+        sys.setprofile(None)
+        assert all(isinstance(a, np.ndarray) for a in (answer.action, answer.policy_logits, answer.core_before, answer.truncation_value))
+        action = answer.action
+        out = env.step(action)
+        truncated += int(out.truncated.any())
+    env.close()
+    assert truncated and called  # the hook saw the numpy calls, and time limits were answered
+    assert not [name for name in called if name.startswith("torch")], sorted(set(called))
 
 
 def test_the_numpy_step_hands_out_new_actions_at_every_call():

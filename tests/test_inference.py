@@ -192,7 +192,7 @@ def test_client_gives_up_when_training_stops():
     env_out = type("E", (), dict(obs=np.zeros((2, 4), np.float32), reward=np.zeros(2, np.float32), terminated=np.zeros(2, bool), truncated=np.zeros(2, bool)))
     try:
         with pytest.raises(InterruptedError):
-            client.answer(env_out, torch.zeros(2, dtype=torch.int64))
+            client.answer(env_out, np.zeros(2, np.int64))
     finally:
         del client
         mailbox.release()

@@ -102,10 +102,10 @@ class InferenceClient:
         self.index, self._conn, self._stopping, self._timeout = index, conn, stopping, timeout
         self._box = Mailbox(*(a[index] for a in mailbox.box))  # this actor's row of every field
 
-    def answer(self, env_out, last_action: torch.Tensor) -> PolicyAnswer:
+    def answer(self, env_out, last_action: np.ndarray) -> PolicyAnswer:
         box = self._box
         box.obs[...] = env_out.obs
-        box.last_action[...] = last_action.numpy()
+        box.last_action[...] = last_action
         box.reward[...] = env_out.reward
         box.terminated[...] = env_out.terminated
         box.truncated[...] = env_out.truncated
@@ -120,13 +120,7 @@ class InferenceClient:
                 raise TimeoutError(f"the inference server did not answer actor {self.index} within {self._timeout:.0f} s")
         self._conn.recv_bytes()
         # Copies: the next request's answer overwrites the mailbox while this one is still being written out.
-        return PolicyAnswer(
-            torch.from_numpy(box.action.copy()),
-            torch.from_numpy(box.policy_logits.copy()),
-            torch.from_numpy(box.core_before.copy()),
-            box.truncation_value.copy(),
-            int(box.version[0]),
-        )
+        return PolicyAnswer(box.action.copy(), box.policy_logits.copy(), box.core_before.copy(), box.truncation_value.copy(), int(box.version[0]))
 
     def refresh(self) -> None:
         """The server keeps its weights current; nothing to do between unrolls."""
@@ -144,7 +138,7 @@ class InferenceServer:
         self.acting = Acting(self.agent, n * e)  # a batch holds at most every actor's environments
         self.core = self.agent.initial_state(n * e).view(2, n, e, -1).to(device)  # every env's state after its last answer
         self.levels = torch.tensor([env_levels(cfg, i) for i in range(n)], dtype=torch.int64)  # [N, E]
-        self.generators = [torch.Generator().manual_seed(cfg.seed + i) for i in range(n)]
+        self.generators = [np.random.default_rng(cfg.seed + i) for i in range(n)]  # as each actor's LocalPolicy draws
         self.max_envs = cfg.inference_max_batch or n * e
         self.max_wait = cfg.inference_max_wait_ms / 1000.0
         self._conns: list[Connection | None] = [None] * n
@@ -248,7 +242,7 @@ class InferenceServer:
         reward = clip_rewards(rows(box.reward), self.cfg.reward_clipping)
         level = self.levels[sel].reshape(b).to(dev)
         core = self.core[:, sel].reshape(2, b, -1)
-        uniform = torch.cat([torch.rand(e, 1, generator=self.generators[i]) for i in ids]).to(dev)
+        uniform = torch.from_numpy(np.concatenate([self.generators[i].random((e, 1), dtype=np.float32) for i in ids])).to(dev)
         done = terminated | truncated
         cut = final_obs = None
         if box.truncated[ids].any():
