@@ -17,6 +17,7 @@ import torch
 from pronghorn.acting import Acting
 from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec, make_batched
+from pronghorn.flat import flat_holder
 from pronghorn.losses import clip_rewards
 from pronghorn.models import build_agent
 from pronghorn.records import PolicyAnswer, Unroll
@@ -98,7 +99,11 @@ class LocalPolicy:
         levels = env_levels(cfg, index)
         self.agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
         self.agent.eval()
-        self.version = weights.load_into(self.agent, cfg.timeout)
+        # Its parameters as views of one tensor, as the learner's are, and newer weights loaded into that
+        # tensor: one copy between unrolls, without walking the agent's modules for each parameter (CartPole's
+        # defaults: 117 us of an actor's 1.8 ms of CPU per unroll went to loading them, in the run).
+        self._flat = flat_holder(self.agent)
+        self.version = weights.load_into(self._flat, cfg.timeout)
         self.acting = Acting(self.agent, cfg.envs)
         self.core = self.agent.initial_state(cfg.envs)  # the state after the last observation answered
         self._core_placeholder = self.core.numpy()  # without LSTM the core state never changes: its numpy view, once
@@ -143,11 +148,11 @@ class LocalPolicy:
 
     def refresh(self) -> None:
         if self.weights.version != self.version:
-            self.version = self.weights.load_into(self.agent, self.cfg.timeout)
+            self.version = self.weights.load_into(self._flat, self.cfg.timeout)
 
     def load_version(self, version: int) -> None:
         """--deterministic: act with exactly this version."""
-        self.version = self.weights.load_version(self.agent, version, self.cfg.timeout)
+        self.version = self.weights.load_version(self._flat, version, self.cfg.timeout)
 
 
 def _write_row(buf: Any, t: int, step: _Step, truncation_value: np.ndarray) -> None:

@@ -37,6 +37,15 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
     return flat
 
 
+def flat_holder(module: nn.Module) -> nn.Module:
+    """Flatten `module`'s parameters (flatten_parameters) and return a module whose one parameter is that flat
+    tensor. Loading weights into the holder (a WeightSource's `load_into`, load_flat) writes through to
+    `module`'s parameters in one copy, without walking `module`'s submodules to find them."""
+    holder = nn.Module()
+    holder.register_parameter("flat", flatten_parameters(module))
+    return holder
+
+
 def flat_view(params: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """The one tensor that `params` are consecutive views of, in order (as `flatten_parameters` leaves
     them), or None if they are laid out any other way."""

@@ -83,6 +83,38 @@ def test_weights_are_published_from_a_flat_learner_and_loaded_in_place():
     assert [p.data_ptr() for p in ray_agent.parameters()] == ray_pointers
 
 
+def test_weights_published_from_the_learner_s_flat_tensor_reach_an_actor_s_flat_holder():
+    """The learner publishes its one flat tensor without walking the modules, and an actor loads into a holder of
+    its own flat tensor (flat_holder): each update's weights arrive whole, and the actor's parameters stay the same
+    tensors (the acting step's views of them stay valid)."""
+    from pronghorn.flat import flat_holder, flatten_parameters
+    from pronghorn.runtime.ray_runtime import _Weights
+
+    learner_agent, actor_agent = Agent((4,), 2), Agent((4,), 2)
+    flat = flatten_parameters(learner_agent)
+    holder = flat_holder(actor_agent)
+    pointers = [p.data_ptr() for p in actor_agent.parameters()]
+    store = WeightStore.create(new_token(), flat.numel())
+    try:
+        for version in (1, 2):
+            store.publish(learner_agent, version, flat=flat)
+            assert store.load_into(holder, timeout=1.0) == version
+            for p, q in zip(learner_agent.parameters(), actor_agent.parameters()):
+                assert torch.equal(p, q)
+            with torch.no_grad():
+                flat.mul_(3.0)  # the next update changes the learner's weights in place
+    finally:
+        store.release()
+    assert [p.data_ptr() for p in actor_agent.parameters()] == pointers
+    ray_side = _Weights()
+    ray_side.publish(learner_agent, 5, flat=flat)
+    at_publish = flat.detach().clone()
+    with torch.no_grad():
+        flat.add_(1.0)  # an update after publishing must not change what was published
+    version, published = ray_side.current()
+    assert version == 5 and np.array_equal(published, at_publish.numpy())
+
+
 def _fake_slots(n, T=2, E=2):
     spec = unroll_spec(T, E, (3,), np.float32, 2, 0)
     return [Unroll(*(torch.full(shape, float(i)).to(torch.from_numpy(np.zeros(0, dtype)).dtype) for shape, dtype in spec)) for i in range(n)]

@@ -148,10 +148,14 @@ class _Weights:
         self._ref: Any = None
         self.version = -1
 
-    def publish(self, model: torch.nn.Module, version: int) -> None:
-        flat = torch.nn.utils.parameters_to_vector([p.detach().cpu() for p in model.parameters()]).numpy()
+    def publish(self, model: torch.nn.Module, version: int, flat: torch.Tensor | None = None) -> None:
+        """flat: the model's parameters as one tensor (the learner's, flat.py), if the caller holds it."""
+        if flat is not None:
+            values = flat.detach().cpu().numpy().copy()  # a copy: the learner's next step writes into its own
+        else:
+            values = torch.nn.utils.parameters_to_vector([p.detach().cpu() for p in model.parameters()]).numpy()
         with self._lock:
-            self._flat, self._ref, self.version = flat, None, version
+            self._flat, self._ref, self.version = values, None, version
 
     def current(self) -> tuple[int, Any]:
         """(version, object ref) of the newest weights, put now if this version has not been yet."""

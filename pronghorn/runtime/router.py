@@ -13,13 +13,23 @@ freed ones, and both keep the actors supplied.
 from __future__ import annotations
 
 import collections
+import math
 import queue
+import select
 import struct
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
 _FMT = struct.Struct("<q")
+
+
+def _poll_for(*fds: int) -> select.poll:
+    """A poll object watching `fds` for input (a closed writer's end or an exited process reads as ready too)."""
+    poll = select.poll()
+    for fd in fds:
+        poll.register(fd, select.POLLIN)
+    return poll
 
 
 class PipeSource:
@@ -27,11 +37,14 @@ class PipeSource:
 
     def __init__(self, conn: Connection, should_stop: Callable[[], bool], timeout: float, who: str):
         self._conn, self._should_stop, self._timeout, self._who = conn, should_stop, timeout, who
+        # One poll object for the pipe's life: Connection.poll builds and tears down a selector on every call,
+        # which cost the actor about as much as the rest of taking a slot.
+        self._poll = _poll_for(conn.fileno())
 
     def get(self) -> int | None:
         waited = 0.0
         while not self._should_stop():
-            if self._conn.poll(0.5):
+            if self._poll.poll(500):  # readable, or the learner's end closed (then recv_bytes raises EOFError)
                 try:
                     return _FMT.unpack(self._conn.recv_bytes())[0]
                 except EOFError:
@@ -66,6 +79,11 @@ class SlotRouter:
         self._to_actor: list[Connection | None] = [None] * num_actors
         self._from_actor: list[Connection | None] = [None] * num_actors
         self._sentinels: dict[int, int] = {}  # process sentinel -> actor index
+        # Poll objects kept between calls (multiprocessing's wait() and Connection.poll() build a selector on every
+        # call, a cost the learner pays per batch): every pipe and sentinel together, rebuilt when an actor
+        # connects or is reclaimed, and each actor's pipe alone, for draining it.
+        self._all: select.poll | None = None
+        self._pipe: list[select.poll | None] = [None] * num_actors
         self.on_death: Callable[[int], None] = lambda index: None  # set by the runtime: decide, restart or raise
 
     def connect(self, index: int, to_actor: Connection, from_actor: Connection, sentinel: int) -> None:
@@ -73,6 +91,8 @@ class SlotRouter:
         self._to_actor[index], self._from_actor[index] = to_actor, from_actor
         self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
         self._sentinels[sentinel] = index
+        self._pipe[index] = _poll_for(from_actor.fileno())
+        self._all = None
         self._supply(index)
 
     def _supply(self, index: int) -> None:
@@ -90,9 +110,9 @@ class SlotRouter:
 
     def _receive(self, index: int) -> None:
         """Read every full slot actor `index` has sent (all complete messages, even after its death)."""
-        conn = self._from_actor[index]
+        conn, pipe = self._from_actor[index], self._pipe[index]
         try:
-            while conn is not None and conn.poll():
+            while conn is not None and pipe is not None and pipe.poll(0):  # readable, or closed (recv then raises)
                 slot = _FMT.unpack(conn.recv_bytes())[0]
                 self.held[index].discard(slot)
                 self.ready_by[index].append(slot)
@@ -110,7 +130,7 @@ class SlotRouter:
         for conn in (to_actor, self._from_actor[index]):
             if conn is not None:
                 conn.close()
-        self._from_actor[index] = None
+        self._from_actor[index], self._pipe[index], self._all = None, None, None
         self._sentinels = {s: i for s, i in self._sentinels.items() if i != index}
         return lost
 
@@ -122,13 +142,14 @@ class SlotRouter:
     def _wait(self, have, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not have():
-            readers = [c for c in self._from_actor if c is not None]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise queue.Empty
-            for item in wait(readers + list(self._sentinels), timeout=remaining):
-                if item in self._sentinels:
-                    self.on_death(self._sentinels[item])  # reclaims, then restarts or raises
+            if self._all is None:
+                self._all = _poll_for(*(c.fileno() for c in self._from_actor if c is not None), *self._sentinels)
+            for fd, _ in self._all.poll(math.ceil(remaining * 1000)):
+                if fd in self._sentinels:
+                    self.on_death(self._sentinels[fd])  # reclaims, then restarts or raises
             for index in range(len(self._from_actor)):
                 self._receive(index)
 
