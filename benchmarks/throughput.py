@@ -92,7 +92,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # Both: the learner's update cheap enough that the actor's core is as busy as the learner's (README, "CartPole's best, compiled").
     "cartpole-best-bf16-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, learner_precision="bf16", compile_learner=True),
     # More envs, compiled: no closer to the limit (README, "CartPole's best, compiled").
-    "cartpole-1x1024-bf16-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=1024, batch_size=1024, learner_precision="bf16", compile_learner=True),
+    "cartpole-1x1024-bf16-compiled": dict(
+        env="CartPole-v1", num_actors=1, envs_per_actor=1024, batch_size=1024, learner_precision="bf16", compile_learner=True
+    ),
     "minatar-breakout-compiled": dict(env="MinAtar/Breakout-v0", compile_learner=True),
     "pong-envpool-compiled": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", compile_learner=True),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),  # the defaults: one unroll of 32 envs per batch of 32
