@@ -29,7 +29,9 @@ Settings (same network on both sides):
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import csv
 import os
 import re
 import signal
@@ -199,15 +201,43 @@ def return_at(curve: list[tuple[float, float]], frames: float) -> float:
     return before[-1] if before else float("nan")
 
 
-def run_pronghorn(args: list[str], seconds: float, workdir: str, at_frames: int) -> dict:
+def episode_curve(logdir: str) -> list[tuple[float, float]]:
+    """(frames, mean return of the last 100 games) after each game in the run's episodes.csv.
+
+    Read per game, not from the metrics rows: those come every --log-interval seconds, which at CartPole's
+    200K frames/s is 400K frames apart, so "the last row at or before 510K frames" could be the mean at
+    200K. Sample Factory's own mean (its reports, 5 s apart) is over its last 100 games as well."""
+    recent: collections.deque[float] = collections.deque(maxlen=100)
+    curve = []
+    with open(os.path.join(logdir, "episodes.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            recent.append(float(row["episode_return"]))
+            curve.append((float(row["frames"]), sum(recent) / len(recent)))  # frames: the learner's count as it took the game
+    return curve
+
+
+def run_pronghorn(args: list[str], seconds: float, workdir: str) -> dict:
     rows = train_for(args, seconds, workdir)
-    curve = [(float(r["frames"]), float(r["mean_return_100"])) for r in rows]
+    curve = episode_curve(workdir)
+    return {"fps": steady_fps(rows), "frames": int(float(rows[-1]["frames"])), "return": curve[-1][1] if curve else float("nan"), "curve": curve}
+
+
+def seed_flag(flag: str, seed: int | None) -> list[str]:
+    return [] if seed is None else [flag, str(seed)]
+
+
+def mean_at(runs: list[dict], frames: float) -> float:
+    """The runs' mean return at `frames` (each run's last point at or before it), averaged over the runs."""
+    return sum(return_at(run["curve"], frames) for run in runs) / len(runs)
+
+
+def combined(runs: list[dict], at_frames: int) -> dict:
+    """One system's runs (one per seed) as one: mean frames/s, least frames reached, mean returns (by the end, at at_frames)."""
     return {
-        "fps": steady_fps(rows),
-        "frames": int(float(rows[-1]["frames"])),
-        "return": float(rows[-1]["mean_return_100"]),
-        "return_at": return_at(curve, at_frames),
-        "curve": curve,
+        "fps": sum(run["fps"] for run in runs) / len(runs),
+        "frames": min(run["frames"] for run in runs),
+        "return": sum(run["return"] for run in runs) / len(runs),
+        "return_at": mean_at(runs, at_frames),
     }
 
 
@@ -220,42 +250,60 @@ def main() -> None:
     parser.add_argument("--peer-only", action="store_true", help="run Sample Factory alone (another run of it, for its spread between runs)")
     parser.add_argument("--peer-frames", type=int, help="stop Sample Factory once it reports this many frames (--seconds still bounds it)")
     parser.add_argument("--at", type=int, action="append", help="also print both mean returns at this frame count (repeat it)")
+    parser.add_argument("--seeds", type=int, help="run each system with seeds 0..N-1 and print means over them (default: one run each, its own default seed)")
+    parser.add_argument("--variant", action="append", help="run only this pronghorn setting of each setting (repeat it), e.g. defaults")
     args = parser.parse_args()
     if args.peer_frames is not None and args.peer_frames <= 0:
         parser.error(f"--peer-frames must be a positive frame count, got {args.peer_frames}: pass e.g. 1867776")
-    if args.readme and (args.only or args.peer_only):
-        parser.error("--readme rewrites the whole peer table: run every setting and both systems (drop --only and --peer-only)")
+    if args.seeds is not None and args.seeds <= 0:
+        parser.error(f"--seeds must be a positive number of runs, got {args.seeds}: pass e.g. 3")
+    known = {variant for setting in SETTINGS.values() for variant in setting["pronghorn"]}
+    for variant in args.variant or []:
+        if variant not in known:
+            parser.error(f"--variant {variant!r} is none of pronghorn's settings here: pass one of {', '.join(sorted(known))}")
+    if args.readme and (args.only or args.peer_only or args.variant):
+        parser.error("--readme rewrites the whole peer table: run every setting and both systems (drop --only, --variant and --peer-only)")
     python = ensure_venv(args.venv)
     lines = []
     table = [
         "| setting | Sample Factory fps | pronghorn fps | ratio | return at Sample Factory's last frame count (SF / pronghorn) |",
         "|---|---|---|---|---|",
     ]
+    seeds: list[int | None] = list(range(args.seeds)) if args.seeds else [None]  # None: each system's own default seed
     for name in args.only or list(SETTINGS):
         setting = SETTINGS[name]
-        with tempfile.TemporaryDirectory() as sf_dir:
-            sf = run_sample_factory(python, setting["sf"], args.seconds, sf_dir, args.peer_frames)
-        print(f"  sample factory: {sf['fps']:,.0f} fps, {sf['frames']:,} frames, return {sf['return']:.2f}", flush=True)
+        sfs = []
+        for seed in seeds:
+            with tempfile.TemporaryDirectory() as sf_dir:
+                sfs.append(run_sample_factory(python, [*setting["sf"], *seed_flag("--seed", seed)], args.seconds, sf_dir, args.peer_frames))
+            print(f"  sample factory (seed {seed}): {sfs[-1]['fps']:,.0f} fps, {sfs[-1]['frames']:,} frames, return {sfs[-1]['return']:.2f}", flush=True)
+        sf = combined(sfs, min(run["frames"] for run in sfs))  # every seed reached these frames
         if args.peer_only:  # Sample Factory's curve alone (otherwise --at is printed beside pronghorn's, below)
             for at in args.at or []:
-                print(f"    at {at:12,} frames: sample factory {return_at(sf['curve'], at):7.2f}", flush=True)
+                print(f"    at {at:12,} frames: sample factory {mean_at(sfs, at):7.2f}", flush=True)
             continue
         for variant, flags in setting["pronghorn"].items():
-            with tempfile.TemporaryDirectory() as ph_dir:
-                ph = run_pronghorn(flags, args.seconds, os.path.join(ph_dir, "run"), sf["frames"])
+            if args.variant and variant not in args.variant:
+                continue
+            phs = []
+            for seed in seeds:
+                with tempfile.TemporaryDirectory() as ph_dir:
+                    phs.append(run_pronghorn([*flags, *seed_flag("--seed", seed)], args.seconds, os.path.join(ph_dir, "run")))
+            ph = combined(phs, sf["frames"])
+            runs = f" (mean of {len(seeds)} seeds)" if len(seeds) > 1 else ""
             line = (
-                f"{name:9s} | sample factory {sf['fps']:9,.0f} fps, {sf['frames']:>10,} frames, return {sf['return']:8.2f}"
+                f"{name:9s} | sample factory {sf['fps']:9,.0f} fps, {sf['frames']:>10,} frames, return {sf['return_at']:8.2f}"
                 f" | pronghorn ({variant}) {ph['fps']:9,.0f} fps, {ph['frames']:>10,} frames, return {ph['return']:8.2f}"
-                f" ({ph['return_at']:.2f} at {sf['frames']:,} frames) | fps ratio {ph['fps'] / sf['fps']:.1f}x"
+                f" ({ph['return_at']:.2f} at {sf['frames']:,} frames) | fps ratio {ph['fps'] / sf['fps']:.1f}x{runs}"
             )
             print(line, flush=True)
             # Both mean returns along the way, at fractions of the frames Sample Factory reached and at --at.
             for at in sorted([share * sf["frames"] for share in (0.25, 0.5, 0.75, 1.0)] + (args.at or [])):
-                print(f"    at {at:12,.0f} frames: sample factory {return_at(sf['curve'], at):7.2f}, pronghorn {return_at(ph['curve'], at):7.2f}", flush=True)
+                print(f"    at {at:12,.0f} frames: sample factory {mean_at(sfs, at):7.2f}, pronghorn {mean_at(phs, at):7.2f}", flush=True)
             lines.append(line)
             table.append(
                 f"| {name}, pronghorn {variant} | {sf['fps']:,.0f} | {ph['fps']:,.0f} | {ph['fps'] / sf['fps']:.1f}× |"
-                f" {sf['return']:.2f} / {ph['return_at']:.2f} at {sf['frames']:,} frames ({ph['return']:.2f} by the end, {ph['frames']:,} frames) |"
+                f" {sf['return_at']:.2f} / {ph['return_at']:.2f} at {sf['frames']:,} frames ({ph['return']:.2f} by the end, {ph['frames']:,} frames) |"
             )
     if lines:  # with --peer-only there is no side-by-side to sum up
         print(f"\n{args.seconds:.0f} s each on {os.cpu_count()} cores; fps = training frames/s in steady state (first quarter skipped)")
