@@ -3,11 +3,13 @@
 Sample Factory is installed by this script into its own venv under benchmarks/.peer-venv (git-ignored;
 never a pronghorn dependency), with the same CPU build of torch. Each setting runs Sample Factory for
 --seconds, then pronghorn for the same wall time, and prints both training frames/s (steady state:
-the first quarter of each run is skipped), the ratio, and each one's mean return at the frames Sample
-Factory reached.
+the first quarter of each run is skipped), the ratio, and each one's mean return of the last 100 games at
+the frames Sample Factory reached (pronghorn's from its episodes.csv, after every game). With --seeds N each
+system runs N times (--seed 0..N-1) and the figures are means over the seeds.
 
   .venv/bin/python benchmarks/peer.py                       # CartPole and Pong, 120 s each per system
   .venv/bin/python benchmarks/peer.py --only cartpole --seconds 60
+  .venv/bin/python benchmarks/peer.py --only cartpole --variant defaults --seeds 3   # three seeds of each system
   .venv/bin/python benchmarks/peer.py --readme README.md     # both, and rewrites the README's peer table
   .venv/bin/python benchmarks/peer.py --only pong --peer-only --peer-frames 1867776 --seconds 3600 --at 933888
                                                              # one more Sample Factory run, to 1.87M frames
