@@ -312,7 +312,8 @@ def main() -> None:
     for line in lines:
         print(line)
     if args.readme:
-        write_table(args.readme, "peer", "benchmarks/peer.py", table, f", {args.seconds:.0f} s each system per setting")
+        seeded = f", means over seeds 0-{len(seeds) - 1} of each system" if len(seeds) > 1 else ""
+        write_table(args.readme, "peer", "benchmarks/peer.py", table, f", {args.seconds:.0f} s each system per setting{seeded}")
 
 
 if __name__ == "__main__":
