@@ -31,9 +31,7 @@ Settings (same network on both sides):
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import csv
 import os
 import re
 import signal
@@ -47,6 +45,8 @@ sys.path.insert(0, HERE)
 
 from readme_table import write_table  # noqa: E402
 from timed_run import steady_fps, train_for  # noqa: E402
+
+from pronghorn.plot import read_episodes, smooth  # noqa: E402
 
 PINS = ["torch==2.13.0", "sample-factory==2.1.1", "ale-py<0.10"]  # ale-py 0.9 is the last for gymnasium 0.29
 
@@ -209,13 +209,9 @@ def episode_curve(logdir: str) -> list[tuple[float, float]]:
     Read per game, not from the metrics rows: those come every --log-interval seconds, which at CartPole's
     200K frames/s is 400K frames apart, so "the last row at or before 510K frames" could be the mean at
     200K. Sample Factory's own mean (its reports, 5 s apart) is over its last 100 games as well."""
-    recent: collections.deque[float] = collections.deque(maxlen=100)
-    curve = []
-    with open(os.path.join(logdir, "episodes.csv"), newline="") as f:
-        for row in csv.DictReader(f):
-            recent.append(float(row["episode_return"]))
-            curve.append((float(row["frames"]), sum(recent) / len(recent)))  # frames: the learner's count as it took the game
-    return curve
+    games = read_episodes(logdir)
+    means = smooth([float(game["episode_return"]) for game in games], 100)  # the console's mean of the last 100
+    return [(float(game["frames"]), mean) for game, mean in zip(games, means)]  # frames: the learner's count as it took the game
 
 
 def run_pronghorn(args: list[str], seconds: float, workdir: str) -> dict:
@@ -233,13 +229,15 @@ def mean_at(runs: list[dict], frames: float) -> float:
     return sum(return_at(run["curve"], frames) for run in runs) / len(runs)
 
 
-def combined(runs: list[dict], at_frames: int) -> dict:
-    """One system's runs (one per seed) as one: mean frames/s, least frames reached, mean returns (by the end, at at_frames)."""
+def combined(runs: list[dict], at_frames: int | None = None) -> dict:
+    """One system's runs (one per seed) as one: mean frames/s, least frames reached, mean returns (by the end, and at
+    at_frames: by default the least frames reached, which every run got to)."""
+    frames = min(run["frames"] for run in runs)
     return {
         "fps": sum(run["fps"] for run in runs) / len(runs),
-        "frames": min(run["frames"] for run in runs),
+        "frames": frames,
         "return": sum(run["return"] for run in runs) / len(runs),
-        "return_at": mean_at(runs, at_frames),
+        "return_at": mean_at(runs, frames if at_frames is None else at_frames),
     }
 
 
@@ -279,7 +277,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as sf_dir:
                 sfs.append(run_sample_factory(python, [*setting["sf"], *seed_flag("--seed", seed)], args.seconds, sf_dir, args.peer_frames))
             print(f"  sample factory (seed {seed}): {sfs[-1]['fps']:,.0f} fps, {sfs[-1]['frames']:,} frames, return {sfs[-1]['return']:.2f}", flush=True)
-        sf = combined(sfs, min(run["frames"] for run in sfs))  # every seed reached these frames
+        sf = combined(sfs)  # its return at the frames every seed reached
         if args.peer_only:  # Sample Factory's curve alone (otherwise --at is printed beside pronghorn's, below)
             for at in args.at or []:
                 print(f"    at {at:12,} frames: sample factory {mean_at(sfs, at):7.2f}", flush=True)
