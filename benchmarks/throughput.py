@@ -95,21 +95,39 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole-1x1024-bf16-compiled": dict(
         env="CartPole-v1", num_actors=1, envs_per_actor=1024, batch_size=1024, learner_precision="bf16", compile_learner=True
     ),
+    # Around it, bfloat16 and compiled: two unrolls per batch, unrolls of 40, 256 envs; each further from the limit in
+    # two rounds (2026-12-05: 0.77 / 0.79, 0.81 / 0.78, 0.78 / 0.77 against 0.84 / 0.84).
+    "cartpole-1x512-b1024-bf16-compiled": dict(
+        env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=1024, learner_precision="bf16", compile_learner=True
+    ),
+    "cartpole-1x512-t40-bf16-compiled": dict(
+        env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, unroll_length=40, learner_precision="bf16", compile_learner=True
+    ),
+    "cartpole-1x256-bf16-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=256, batch_size=256, learner_precision="bf16", compile_learner=True),
     "minatar-breakout-compiled": dict(env="MinAtar/Breakout-v0", compile_learner=True),
     "pong-envpool-compiled": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", compile_learner=True),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),  # the defaults: one unroll of 32 envs per batch of 32
+    # One actor process of 96 envs: two processes on two cores, none time-sliced, the actor's step and the
+    # learner's update about a core each. Against 2 actors of 64 envs (the best until 2026-12-05, now
+    # minatar-breakout-2x64), 2026-12-05: ratios 0.90 / 0.86 / 0.87 / 0.82 against 0.84 / 0.83 (README, "MinAtar's best").
+    "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96),
     # The fastest of E=32/B=64, E=64/B=64, A=1 E=64/B=64 and E=64/B=128 in one run (2026-12-03): 34,733, 38,374, 37,952, 34,551 fps.
-    "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
+    "minatar-breakout-2x64": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
     "minatar-breakout-e8": dict(env="MinAtar/Breakout-v0", envs_per_actor=8),  # the defaults until 2026-12-03: 4 unrolls of 8 envs
     "minatar-breakout-e16": dict(env="MinAtar/Breakout-v0", envs_per_actor=16),  # the defaults' batch of 32, as 2 unrolls of 16 envs
     "minatar-breakout-e32-b64": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
     "minatar-breakout-e64-b128": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=128),
     "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
+    "minatar-breakout-1x128": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=128, batch_size=128),
+    # The 2x64 setting with the learner in bfloat16 (named when 2x64 was the best).
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
     "pong": dict(env="ALE/Pong-v5", model="shallow"),  # the defaults: ale-py's vector env (--env-backend auto), 8 envs per actor
     "pong-best": dict(env="ALE/Pong-v5", model="shallow", envs_per_actor=16, batch_size=32),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
     "pong-envpool-best": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32),
+    # One actor, as MinAtar's best: here the actor's step (env + answer, ~90 core-µs per frame) outweighs the learner's
+    # update (~67), so its core is the bottleneck (2026-12-05: 0.68 / 0.69 against 0.78 / 0.78 for pong-envpool-best).
+    "pong-envpool-1x32": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", num_actors=1, envs_per_actor=32, batch_size=32),
     "pong-envpool-e32-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=32, batch_size=64),
     "pong-envpool-e16-b64": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=64),
     # The learner's products in bfloat16 (AVX512-BF16 here): the same env and batch as pong-envpool(-best).
