@@ -109,7 +109,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),  # the defaults: one unroll of 32 envs per batch of 32
     # One actor process of 96 envs: two processes on two cores, none time-sliced, the actor's step and the
     # learner's update about a core each. Against 2 actors of 64 envs (the best until 2026-12-05, now
-    # minatar-breakout-2x64), 2026-12-05: ratios 0.90 / 0.86 / 0.87 / 0.82 against 0.84 / 0.83 (README, "MinAtar's best").
+    # minatar-breakout-2x64), 2026-12-05: 0.82-0.90 of the limit in seven rounds (median 0.86) against 0.79-0.84
+    # (README, "MinAtar's best"); it learns a little less per frame than 2x64 (larger, fewer updates).
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96),
     # The fastest of E=32/B=64, E=64/B=64, A=1 E=64/B=64 and E=64/B=128 in one run (2026-12-03): 34,733, 38,374, 37,952, 34,551 fps.
     "minatar-breakout-2x64": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
@@ -118,6 +119,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-e32-b64": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
     "minatar-breakout-e64-b128": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=128),
     "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
+    # As close to the limit as 1x96 (0.87 / 0.87 / 0.87 / 0.81), and less learned at 5M frames (README, "MinAtar's best").
     "minatar-breakout-1x128": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=128, batch_size=128),
     # The 2x64 setting with the learner in bfloat16 (named when 2x64 was the best).
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
