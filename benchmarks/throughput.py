@@ -20,7 +20,7 @@ and the limit takes each one's median of the three.
 
 With --inference both each setting is also trained with the other inference mode (actor / central) and
 both are printed with their ratio. Settings named "-best" are the configuration found closest to its limit for the env (more envs per
-actor, larger batches; for CartPole one actor process, so two processes share two cores with neither
+actor, larger batches; for CartPole and MinAtar one actor process, so two processes share two cores with neither
 time-sliced; "-best-bf16" the same with the learner's products in bfloat16); the others are pronghorn's defaults.
 
 With --repeats N every setting is measured N times, the settings in turn (round 1 runs each once, then
@@ -112,7 +112,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # minatar-breakout-2x64), 2026-12-05: 0.82-0.90 of the limit in seven rounds (median 0.86) against 0.79-0.84
     # (README, "MinAtar's best"); it learns a little less per frame than 2x64 (larger, fewer updates).
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96),
-    # The fastest of E=32/B=64, E=64/B=64, A=1 E=64/B=64 and E=64/B=128 in one run (2026-12-03): 34,733, 38,374, 37,952, 34,551 fps.
+    # The best from 2026-12-03 to 12-05: the fastest of E=32/B=64, E=64/B=64, A=1 E=64/B=64 and E=64/B=128 in one run
+    # (2026-12-03): 34,733, 38,374, 37,952, 34,551 fps.
     "minatar-breakout-2x64": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64),
     "minatar-breakout-e8": dict(env="MinAtar/Breakout-v0", envs_per_actor=8),  # the defaults until 2026-12-03: 4 unrolls of 8 envs
     "minatar-breakout-e16": dict(env="MinAtar/Breakout-v0", envs_per_actor=16),  # the defaults' batch of 32, as 2 unrolls of 16 envs
