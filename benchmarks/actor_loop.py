@@ -9,6 +9,7 @@ in one process on one thread, it prints microseconds per call of:
 
   .venv/bin/python benchmarks/actor_loop.py                        # CartPole, 16 and 512 envs
   .venv/bin/python benchmarks/actor_loop.py --env MinAtar/Breakout-v0 --envs 32
+  .venv/bin/python benchmarks/actor_loop.py --env ALE/Pong-v5 --env-backend envpool --envs 16 --calls 800
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def per_call(fn, calls: int) -> float:
     return (time.process_time() - start) / calls * 1e6
 
 
-def measure(env_id: str, envs: int, calls: int, sweep_mb: int) -> None:
-    cfg = Config(env=env_id, num_actors=1, envs_per_actor=envs, batch_size=envs)
+def measure(env_id: str, envs: int, calls: int, sweep_mb: int, backend: str) -> None:
+    cfg = Config(env=env_id, num_actors=1, envs_per_actor=envs, batch_size=envs, env_backend=backend)
     spec = probe(cfg.env, cfg)
     cfg = cfg.for_observations(spec.obs_shape)
     policy = LocalPolicy(0, cfg, spec, _InitialWeights())  # the actor's own answer, as run_actor calls it
@@ -100,7 +101,7 @@ def measure(env_id: str, envs: int, calls: int, sweep_mb: int) -> None:
     arithmetic = env_between(products)
     env.close()
     print(
-        f"{env_id} E={envs}: alone: env step {env_alone:7.1f} us, answer {answer_alone:7.1f} us"
+        f"{env_id} ({backend}) E={envs}: alone: env step {env_alone:7.1f} us, answer {answer_alone:7.1f} us"
         f" | in loop: env step {inside[0]:7.1f}, answer {inside[1]:7.1f}, slot write {inside[2]:6.1f}"
         f" | env step with a {sweep_mb} MB copy between calls {sweep:7.1f}, with 300 64x64 products between {arithmetic:7.1f}",
         flush=True,
@@ -113,10 +114,11 @@ def main() -> None:
     parser.add_argument("--envs", type=int, action="append", help="environments per actor (repeatable); default 16 and 512")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--sweep-mb", type=int, default=8)
+    parser.add_argument("--env-backend", default="auto", choices=("auto", "gymnasium", "envpool", "vector"), help="as pronghorn train's --env-backend")
     args = parser.parse_args()
     limit_threads(1)  # as an actor process runs
     for envs in args.envs or [16, 512]:
-        measure(args.env, envs, args.calls, args.sweep_mb)
+        measure(args.env, envs, args.calls, args.sweep_mb, args.env_backend)
 
 
 if __name__ == "__main__":

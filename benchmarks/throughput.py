@@ -107,6 +107,15 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-compiled": dict(env="MinAtar/Breakout-v0", compile_learner=True),
     "pong-envpool-compiled": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", compile_learner=True),
     "minatar-breakout": dict(env="MinAtar/Breakout-v0"),  # the defaults: one unroll of 32 envs per batch of 32
+    # MinAtar's best with its learner in bfloat16, compiled, or both (2026-12-05). bf16, two rounds against 0.88 / 0.88
+    # at 79,333 / 79,918 frames/s for the best: 0.66 / 0.67 at 83,059 / 82,563 (its update at 5.8-6.1 core-µs per
+    # frame leaves the actor's core the bottleneck). One round against 0.87 at 78,320: compiled 0.79 at 49,269 (the
+    # update at 22.2 core-µs per frame against 12.4 eager), both 0.89 but slower, 69,954 (the update at 15.7).
+    "minatar-breakout-1x96-bf16": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96, learner_precision="bf16"),
+    "minatar-breakout-1x96-compiled": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96, compile_learner=True),
+    "minatar-breakout-1x96-bf16-compiled": dict(
+        env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96, learner_precision="bf16", compile_learner=True
+    ),
     # One actor process of 96 envs: two processes on two cores, none time-sliced, the actor's step and the
     # learner's update about a core each. Against 2 actors of 64 envs (the best until 2026-12-05, now
     # minatar-breakout-2x64), 2026-12-05: 0.82-0.90 of the limit in seven rounds (median 0.86) against 0.79-0.84
@@ -126,6 +135,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
     "pong": dict(env="ALE/Pong-v5", model="shallow"),  # the defaults: ale-py's vector env (--env-backend auto), 8 envs per actor
     "pong-best": dict(env="ALE/Pong-v5", model="shallow", envs_per_actor=16, batch_size=32),
+    # Pong's best with the learner in bfloat16: the fastest Pong setting (2026-12-05, three rounds: 0.84 / 0.85 / 0.90 of
+    # the limit at 12,194 / 12,007 / 12,094 frames/s, against 0.85 / 0.86 / 0.86 at 11,334 / 11,131 / 10,489 in fp32).
+    "pong-best-bf16": dict(env="ALE/Pong-v5", model="shallow", envs_per_actor=16, batch_size=32, learner_precision="bf16"),
     "pong-envpool": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow"),
     "pong-envpool-best": dict(env="ALE/Pong-v5", env_backend="envpool", model="shallow", envs_per_actor=16, batch_size=32),
     # One actor, as MinAtar's best: here the actor's step (env + answer, ~90 core-µs per frame) outweighs the learner's
