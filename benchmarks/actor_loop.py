@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 import time
+import typing
 
 import numpy as np
 import torch
@@ -114,7 +115,8 @@ def main() -> None:
     parser.add_argument("--envs", type=int, action="append", help="environments per actor (repeatable); default 16 and 512")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--sweep-mb", type=int, default=8)
-    parser.add_argument("--env-backend", default="auto", choices=("auto", "gymnasium", "envpool", "vector"), help="as pronghorn train's --env-backend")
+    backends = typing.get_args(typing.get_type_hints(Config)["env_backend"])  # the Config's own choices
+    parser.add_argument("--env-backend", default="auto", choices=backends, help="as pronghorn train's --env-backend")
     args = parser.parse_args()
     limit_threads(1)  # as an actor process runs
     for envs in args.envs or [16, 512]:
