@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import os
 import random
@@ -73,14 +74,16 @@ def finished_episodes(batch: Unroll, frames: int, levels: tuple[str, ...], now: 
     columns = slice(None) if fresh < 0 else slice(0, fresh)
     # Read in numpy (host views; a device batch is copied over first): the handful of small reads cost
     # less than torch's dispatch for them, called once per update (CartPole, 16 columns, one game: 19 -> 8 us).
+    # Flat indices, not ended.nonzero(): its (t, b) pair cost 18 us on CartPole's best [20, 512] batch, and
+    # flatnonzero 2 (row-major, so still in (t, b) order).
     ended = batch.episode_end.cpu().numpy()[1:, columns]
-    t, b = ended.nonzero()  # in (t, b) order; read out whole, not one index per game
-    if not len(t):
+    at = np.flatnonzero(ended)
+    if not len(at):
         return []
-    returns = batch.episode_return.cpu().numpy()[1:, columns][t, b].tolist()
-    lengths = batch.episode_frames.cpu().numpy()[1:, columns][t, b].tolist()
-    level = batch.level.cpu().numpy()[0, columns][b].tolist()
-    return [Episode(frames, levels[lv], float(r), int(n), now) for r, n, lv in zip(returns, lengths, level)]
+    returns = batch.episode_return.cpu().numpy()[1:, columns].ravel()[at].tolist()
+    lengths = batch.episode_frames.cpu().numpy()[1:, columns].ravel()[at].tolist()
+    names = [levels[lv] for lv in batch.level.cpu().numpy()[0, columns][at % ended.shape[1]].tolist()]
+    return list(map(Episode, itertools.repeat(frames), names, returns, lengths, itertools.repeat(now)))
 
 
 class _Interval:

@@ -173,6 +173,22 @@ def test_finished_episodes_skip_replayed_columns():
     assert len(finished_episodes(batch, 0, ("x",), 0.0, fresh=1)) == 1
 
 
+def test_finished_episodes_read_each_game_in_time_then_column_order():
+    batch = _columns([0, 1, 2, 3], T=3)
+    batch.episode_end.zero_()
+    batch.level.copy_(torch.tensor([1, 0, 1, 0]))
+    ends = [(0, 2), (1, 3), (1, 0), (3, 0), (3, 2)]  # (t, b); row 0 repeats the last unroll's row: not counted
+    for t, b in ends:
+        batch.episode_end[t, b] = True
+        batch.episode_return[t, b] = 10 * t + b
+        batch.episode_frames[t, b] = 100 * t + b
+    games = finished_episodes(batch, 7, ("a", "b"), 1.5)
+    assert [(g.episode_return, g.episode_frames, g.level) for g in games] == [(10.0, 100, "b"), (13.0, 103, "a"), (30.0, 300, "b"), (32.0, 302, "b")]
+    assert all(g.frames == 7 and g.wall_time == 1.5 for g in games)
+    # Only the fresh columns [0, 3): column 3's game is left out, the others keep their order.
+    assert [g.episode_return for g in finished_episodes(batch, 7, ("a", "b"), 1.5, fresh=3)] == [10.0, 30.0, 32.0]
+
+
 def _learner(**kw):
     torch.manual_seed(0)
     cfg = Config(total_frames=10_000, batch_size=8, envs_per_actor=4, **kw).for_observations((4,))
