@@ -25,7 +25,7 @@ Settings (same network on both sides):
             its defaults, with --learner-precision bf16, and with unrolls of 40 steps from 2 x 4 envs trained on
             twice with PPO's clip (--unroll-length 40 --envs-per-actor 4 --batch-size 4 --updates-per-batch 2
             --ppo-clip 0.2), and the same on unrolls of 80 steps from 2 x 2 envs: the settings with four seeds'
-            return per frame in the README ("Not yet").
+            return per frame in docs/pong_beside_sample_factory.md.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ SETTINGS = {
         pronghorn={
             "defaults": _PONG,
             "bf16 learner": [*_PONG, "--learner-precision", "bf16"],
-            # Ahead of the defaults at every count to 1.2M frames in four seeds of four (README, "Not yet"): unrolls of 40 steps,
+            # Ahead of the defaults at every count to 1.2M frames in four seeds of four (docs/pong_beside_sample_factory.md): unrolls of 40 steps,
             # 4 per batch (the defaults' 160 steps per update), each batch trained on twice with PPO's clip of 0.2.
             "T=40 E=4 B=4, 2 clipped passes": [*_PONG, "--unroll-length", "40", "--envs-per-actor", "4", "--batch-size", "4", *_CLIPPED],
             # The same 160 steps per update as 80-step unrolls from 2 envs per actor: ahead of 40 steps from 934K frames on.
