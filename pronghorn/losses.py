@@ -43,8 +43,8 @@ def standardized(advantages: torch.Tensor) -> torch.Tensor:
     """(A_t - mean A) / std A over every step of the batch [T, B], as PPO implementations and Sample Factory
     do to theirs. The policy term's size then no longer follows the rewards', so the entropy term's weight
     beside it is the same in every env and stage (with IMPALA's RMSProp that collapsed Pong's policy:
-    docs/pong_beside_sample_factory.md). The statistics take in every column, replayed or masked ones too. Advantages that
-    are all equal come out 0 (the std's floor only guards the division)."""
+    docs/pong_beside_sample_factory.md). The statistics take in every column, replayed or masked ones too.
+    Advantages that are all equal come out 0 (the std's floor only guards the division)."""
     std, mean = torch.std_mean(advantages.detach(), correction=0)  # correction 0: one step gives std 0, not NaN
     return (advantages - mean) / std.clamp_min(1e-7)
 
