@@ -167,6 +167,7 @@ DEFAULT_SETTINGS = [
     "minatar-breakout-best",
     "pong",
     "pong-best",
+    "pong-best-bf16",
     "pong-envpool",
     "pong-envpool-best",
     "pong-lstm",
