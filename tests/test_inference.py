@@ -161,8 +161,11 @@ def test_a_killed_actor_is_replaced_and_the_server_does_not_wait_for_it():
         stats = rt.server.metrics()
         assert rt.restarts == 1 and rt.actors[0].pid != victim and rt.actors[0].is_alive()
         assert rt.counters.row(0)[1] > before + 2  # the replacement is answered by the server and delivers
-        # The gather bound held while actor 0 was dead and after (5 ms; the rest is scheduling on 2 busy cores).
-        assert stats["inference_gather_ms_max"] < 5.0 + 20.0
+        # The gather bound held while actor 0 was dead and after: 5 ms, plus scheduling on 2 busy cores while this
+        # process spawns the replacement (5-8 ms in all here, once 34 ms in a fresh-clone CI run). A gather that
+        # waited for the dead actor would last until its replacement's first request, which comes after a new
+        # process has imported torch and pronghorn (1.3 s here), so 50 ms still tells the two apart.
+        assert stats["inference_gather_ms_max"] < 5.0 + 45.0
     finally:
         rt.close()
     assert_no_leaks()
