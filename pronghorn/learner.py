@@ -16,6 +16,10 @@ from pronghorn.models import Agent
 from pronghorn.records import Unroll
 
 _DEAD_UNITS_EVERY = 10  # updates between two readings of the dead-unit fractions
+# Compiled, a reading costs an uncompiled update: 5.85 against 3.88 ms at CartPole's best batch, bf16 (an eager
+# update with the probe's hooks, 5.05 against 4.54 ms). One in ten took 14 % of the compiled learner's time; one
+# in a hundred takes under 2 %.
+_DEAD_UNITS_EVERY_COMPILED = 100
 
 
 class _Terms(NamedTuple):
@@ -66,6 +70,7 @@ class Learner:
         # latest reading is reported with every step so interval averages stay meaningful.
         self.dead_units = DeadUnits(agent.torso)
         self.dead: dict[str, float] = {}
+        self._probe_every = _DEAD_UNITS_EVERY_COMPILED if cfg.compile_learner else _DEAD_UNITS_EVERY
         self.abs_advantages = torch.zeros(0)  # [T, B] of the last step: replay priorities are made from it
         self._anchor: torch.Tensor | None = None  # [T, B] log pi(a_t|x_t) at the current batch's first pass
         # --compile-learner: the shapes never change within a run (dynamic=False), so the pass compiles once,
@@ -169,9 +174,10 @@ class Learner:
             # is row 0 of the actor's next unroll: left out, so no observation counts twice; replayed
             # columns were counted when they were fresh, and a second pass (count=False) adds nothing.
             self.agent.obs_norm.update(batch.obs[:-1, :fresh])
-        probe = not self.dead or self.steps % _DEAD_UNITS_EVERY == 0  # also the first update after a resume: same keys every step
+        probe = not self.dead or self.steps % self._probe_every == 0  # also the first update after a resume: same keys every step
         if probe:
-            # The probe's forward hooks call .item(): this pass runs eagerly, uncompiled, once in ten updates.
+            # The probe's forward hooks call .item(): this pass runs eagerly, uncompiled (compiled runs probe one
+            # update in a hundred, eager ones one in ten).
             self.dead_units.arm()
             terms = self._losses(batch, reward, done, fresh, weights, None if count else self._anchor)
             self.dead = self.dead_units.read()

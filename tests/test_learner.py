@@ -161,10 +161,24 @@ def test_bf16_on_a_cpu_without_native_bfloat16_is_warned_about(monkeypatch, capl
     assert not caplog.records
 
 
+def _record_probes(learner: Learner) -> list[int]:
+    """The updates at which `learner` arms its dead-unit probe, appended as they come."""
+    seen: list[int] = []
+    arm = learner.dead_units.arm
+
+    def recording_arm() -> None:
+        seen.append(learner.steps)
+        arm()
+
+    learner.dead_units.arm = recording_arm  # type: ignore[method-assign]
+    return seen
+
+
 def test_a_compiled_learner_updates_as_the_eager_one():
     """--compile-learner changes how the update runs, not what it computes: the same batches give the same
     metrics and weights (to float rounding; fused kernels sum in another order). Twelve updates cover the
-    eager probe passes (updates 0 and 10) and the compiled ones between them: plain, with PopArt, and with
+    eager probe passes (the eager learner's updates 0 and 10, the compiled one's update 0: it probes one update
+    in a hundred) and the compiled ones after them: plain, with PopArt, and with
     half of each batch replayed under the trust region (whose terms run eagerly inside the compiled pass),
     and with the LSTM core; the bf16 learner over its first three updates (see below)."""
     from torch._dynamo.utils import counters
@@ -191,6 +205,7 @@ def test_a_compiled_learner_updates_as_the_eager_one():
         tol, updates = (1e-2, 3) if bf16 else (1e-4, 12)
         fresh, weights = (8, torch.linspace(0.5, 1.0, 16)) if cfg.replay_fraction else (-1, None)
         graphs = []
+        probes = {"eager": _record_probes(eager), "compiled": _record_probes(compiled)}
         for i in range(updates):
             seen = eager.step(batches[i % 4], fresh, weights), compiled.step(batches[i % 4], fresh, weights)
             graphs.append(counters["stats"]["unique_graphs"])
@@ -204,6 +219,8 @@ def test_a_compiled_learner_updates_as_the_eager_one():
         if name not in ("replay", "lstm"):
             assert graphs[1] == 1, (name, graphs)
         assert compiled.steps == eager.steps == updates and compiled.frames == eager.frames
+        # The probe's eager pass costs a compiled learner an uncompiled update, so it comes ten times less often.
+        assert probes == {"eager": [0, 10][: 1 + (updates > 10)], "compiled": [0]}, (name, probes)
         assert torch.allclose(compiled.flat, eager.flat, atol=tol / 10), (name, (compiled.flat - eager.flat).abs().max())
         assert torch.allclose(compiled.abs_advantages, eager.abs_advantages, atol=tol, rtol=tol), name
 
