@@ -230,5 +230,13 @@ def sample_actions_numpy(logits: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     """
     logits_t = logits.T
     cdf = np.exp(logits_t - logits_t.max(axis=0))
-    np.cumsum(cdf, axis=0, out=cdf)
-    return np.count_nonzero(cdf < uniform[:, 0] * cdf[-1], axis=0)
+    # The running sum and the count, one row of A at a time: the same sums in the same order as np.cumsum
+    # along axis 0, and the same comparisons as np.count_nonzero, but on 512 rows and 2 actions the two
+    # reductions took 10 of the step's 15 us, and this 7 in all (6 actions: 22 -> 16 us).
+    for a in range(1, len(cdf)):
+        np.add(cdf[a - 1], cdf[a], out=cdf[a])
+    threshold = uniform[:, 0] * cdf[-1]
+    action = (cdf[0] < threshold).astype(np.int64)
+    for a in range(1, len(cdf) - 1):  # the last entry, the total, is never below u x itself
+        action += cdf[a] < threshold
+    return action

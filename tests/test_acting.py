@@ -181,6 +181,9 @@ def test_sampling_counts_the_cdf_entries_below_the_draw_and_follows_the_softmax(
     assert torch.equal(sample_actions(logits, uniform), (cdf < uniform * cdf[:, -1:]).sum(-1))
     # The MLP's numpy step samples the same way: the same actions from the same logits and draws.
     assert torch.equal(torch.from_numpy(sample_actions_numpy(logits.numpy(), uniform.numpy())), sample_actions(logits, uniform))
+    for actions in (1, 2, 6):  # its running sum and count go row by row over the actions: every count of rows
+        few = torch.randn(2000, actions, generator=g) * 3
+        assert torch.equal(torch.from_numpy(sample_actions_numpy(few.numpy(), uniform.numpy())), sample_actions(few, uniform)), actions
     transposed = np.ascontiguousarray(logits.numpy().T).T  # the layout Acting passes: [N, A] viewing [A, N]
     assert np.array_equal(sample_actions_numpy(transposed, uniform.numpy()), sample_actions_numpy(logits.numpy(), uniform.numpy()))
     top = torch.full((2000, 1), torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)).item())  # the largest draw below 1
