@@ -124,7 +124,8 @@ class Acting:
             # rows.
             self._np_heads = np.empty((rows, width), np.float32)
             # The heads' output transposed, [A + 1, rows]: sampling reduces over actions, and numpy reduces a
-            # few long rows far faster than many short ones (on 512 rows, 2-3x for max, cumsum and the count).
+            # few long rows far faster than many short ones (on 512 rows, 2-3x for max), and the sampler adds and
+            # compares whole rows.
             self._np_heads_t = np.empty((width, rows), np.float32)
             # per (rows, envs): the heads' buffer, and its logits [envs, A], values [envs] and cut rows' values
             # [rows - envs] as numpy views; as tensors viewing them for `__call__` (made once: a view costs ~0.5 us)
