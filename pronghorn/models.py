@@ -46,13 +46,19 @@ def _conv_layout(x: torch.Tensor, always: bool) -> torch.Tensor:
     so those switch (always=False) only where a backward pass follows: the learner's, with gradients on; an
     actor's step runs in inference mode. CUDA keeps NCHW: not measured there.
     """
-    if x.device.type == "cpu" and (always or torch.is_grad_enabled()):
+    if _takes_channels_last(x.device, always):
         return x.contiguous(memory_format=torch.channels_last)
     return x
 
 
+def _takes_channels_last(device: torch.device, always: bool) -> bool:
+    return device.type == "cpu" and (always or torch.is_grad_enabled())
+
+
 class _ConvFC(nn.Module):
     """Pixel images (scaled or standardised by the Agent) through a stack of conv layers, then one fully connected ReLU layer."""
+
+    always_channels_last = False  # _conv_layout's `always`
 
     def __init__(self, obs_shape: tuple[int, ...], convs: nn.Sequential, hidden: int):
         super().__init__()
@@ -63,7 +69,7 @@ class _ConvFC(nn.Module):
         self.out_size = hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.convs(_conv_layout(x.float(), always=False))
+        x = self.convs(_conv_layout(x.float(), always=self.always_channels_last))
         # flatten reads the features in NCHW order whatever the layout, so the fc's weights mean the same.
         return F.relu(self.fc(x.flatten(1)), inplace=True)
 
@@ -136,6 +142,8 @@ class _Residual(nn.Module):
 class DeepTorso(nn.Module):
     """IMPALA's deep ResNet: 3 sections (16, 32, 32 channels) of conv, max-pool /2 and 2 residual blocks; fc 256."""
 
+    always_channels_last = True  # _conv_layout's `always`: its forward pass alone is faster channels last too
+
     def __init__(self, obs_shape: tuple[int, ...]):
         super().__init__()
         layers: list[nn.Module] = []
@@ -150,7 +158,7 @@ class DeepTorso(nn.Module):
         self.out_size = 256
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.sections(_conv_layout(x.float(), always=True)))
+        x = F.relu(self.sections(_conv_layout(x.float(), always=self.always_channels_last)))
         return F.relu(self.fc(x.flatten(1)), inplace=True)
 
 
@@ -262,7 +270,9 @@ class Agent(nn.Module):
         The learner's pass: the batch's actions were chosen by the actors."""
         t, b = obs.shape[:2]
         if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
+            # Written in the layout the torso's convolutions take (a no-op there then), not converted after.
+            always = getattr(self.torso, "always_channels_last", None)  # None: a torso without convolutions, or MinAtar's
+            obs = self.obs_norm(obs, channels_last=always is not None and _takes_channels_last(obs.device, always))
         elif self.scale_pixels:
             obs = obs.float() / 255.0
         x = self.torso(obs.reshape(t * b, *obs.shape[2:]))

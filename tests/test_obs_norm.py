@@ -8,7 +8,7 @@ from pronghorn.acting import Acting
 from pronghorn.config import Config
 from pronghorn.learner import Learner
 from pronghorn.models import Agent, build_agent
-from pronghorn.obs_norm import CLIP, ObservationNorm
+from pronghorn.obs_norm import CLIP, EPS, ObservationNorm
 from tests.helpers import synthetic_batches
 
 
@@ -22,6 +22,36 @@ def test_batched_updates_give_the_statistics_of_all_observations_at_once():
     torch.testing.assert_close(norm.mean.data, everything.mean(0))
     torch.testing.assert_close(norm.var.data, everything.var(0, correction=0))
     assert norm.count.item() == len(everything)
+
+
+def test_a_batch_of_many_chunks_gets_the_statistics_and_the_standardisation_of_the_whole_batch():
+    # Pong's stacks: about 37 rows per chunk on CPU, so 100 rows are three chunks, the last one partial.
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (100, 4, 84, 84), dtype=torch.uint8, generator=g)
+    frames[:, :, :20] = 87  # a background that never changes: variance 0
+    norm = ObservationNorm((4, 84, 84))
+    norm.update(frames[:30])
+    norm.update(frames[30:])
+    exact = frames.double().reshape(100, -1)
+    torch.testing.assert_close(norm.mean.data.reshape(-1), exact.mean(0).float())
+    torch.testing.assert_close(norm.var.data.reshape(-1), exact.var(0, correction=0).float())
+    assert (norm.var.data[:, :20] == 0).all()
+    # The whole-batch formula (the GPU's and a compiled graph's), element for element, in either layout.
+    expected = frames.float().sub_(norm.mean).mul_(torch.rsqrt(norm.var + EPS)).clamp_(-CLIP, CLIP).reshape(4, 25, 4, 84, 84)
+    for channels_last in (False, True):
+        out = norm(frames.reshape(4, 25, 4, 84, 84), channels_last=channels_last)
+        assert out.shape == expected.shape and torch.equal(out, expected)
+        rows = out.reshape(100, 4, 84, 84)  # as the torso reads them: channels last without another copy
+        assert rows.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+def test_float_inputs_are_left_as_they_were():
+    norm = ObservationNorm((3,))
+    x = torch.randn(50, 3) * 4 + 2
+    before = x.clone()
+    norm.update(x)
+    norm(x)
+    assert torch.equal(x, before)
 
 
 def test_inputs_are_standardised_clipped_and_constant_elements_read_zero():
