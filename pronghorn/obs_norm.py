@@ -29,8 +29,10 @@ _CHUNK_BYTES = 4 << 20
 
 def _rows_per_chunk(x: torch.Tensor, row_size: int) -> int:
     """Rows of `row_size` elements per chunk of x: about _CHUNK_BYTES of floats on CPU (at least one), all on a GPU."""
-    rows = x.numel() // max(1, row_size)
-    return max(1, rows if x.device.type != "cpu" else _CHUNK_BYTES // (4 * max(1, row_size)))
+    row_size = max(1, row_size)
+    if x.device.type != "cpu":
+        return max(1, x.numel() // row_size)
+    return max(1, _CHUNK_BYTES // (4 * row_size))
 
 
 class ObservationNorm(nn.Module):
@@ -57,10 +59,10 @@ class ObservationNorm(nn.Module):
             return obs.to(torch.float32, copy=True).sub_(self.mean).mul_(scale).clamp_(-CLIP, CLIP)
         rows = obs.reshape(-1, *self.mean.shape)
         layout = torch.channels_last if channels_last and rows.dim() == 4 else torch.contiguous_format
-        out = torch.empty(rows.shape, dtype=torch.float32, memory_format=layout)
+        out = torch.empty(rows.shape, dtype=torch.float32, device=obs.device, memory_format=layout)
         # Channels last, each chunk is standardised in a small buffer in the input's layout, then copied
         # across: the same operations on a channels-last chunk were slower than that copy.
-        buf = torch.empty((min(step, len(rows)), *self.mean.shape)) if layout is torch.channels_last else None
+        buf = torch.empty((min(step, len(rows)), *self.mean.shape), device=obs.device) if layout is torch.channels_last else None
         for i in range(0, len(rows), step):
             dst = out[i : i + step]
             x = dst if buf is None else buf[: len(dst)]
