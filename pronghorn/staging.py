@@ -5,7 +5,9 @@ It takes `batch_slots` full slot indices, concatenates those slots along the env
 host buffer (pinned when the learner is on CUDA) -- the slots are time-major already, so the batch is
 `[T+1, B, ...]` -- hands the slots back to the actors, and starts the copy to the device (non_blocking,
 on its own CUDA stream). Two batch buffers alternate, so the learner trains on one while the other is
-filled: at most one step of extra policy lag.
+filled: at most one step of extra policy lag. On CPU without replay, a batch of one slot (every default
+batch) is not copied at all: the learner trains on the slot itself and hands it back when it asks for the
+next batch.
 
 With replay, this thread is the replay ring's only owner: after the fresh slots are copied in and handed
 back, it draws the replayed columns into the rest of the batch, then stores the fresh columns in the ring
@@ -29,7 +31,7 @@ from pronghorn.replay import ReplayRing, ReplaySample
 
 
 class StagedBatch(NamedTuple):
-    data: Unroll  # [T+1, B, ...] on the learner's device
+    data: Unroll  # [T+1, B, ...] on the learner's device; valid until the next call to Staging.next()
     wait_s: float  # time the learner waited for this batch
     stage_s: float  # time staging spent assembling it (queue waits excluded)
     fresh: int = -1  # columns [0, fresh) came from the actors, the rest from replay; -1: all fresh (no replay)
@@ -106,6 +108,10 @@ class Staging:
             self._buffers_free.put(i)
         self._ready: queue.Queue[Any] = queue.Queue()  # a staged batch's parts, or the exception that stopped staging
         self._in_use: int | None = None
+        # A batch of one slot is that slot itself (below, next()): no copy, and the slot stays the learner's
+        # until it asks for the next batch. Not with a device copy to make, or where replay writes into the batch.
+        self._zero_copy = not self.threaded and batch_slots == 1 and self._on_device is self._host
+        self._held: int | None = None  # the slot the learner is training on (zero copy)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pronghorn-staging", daemon=True)
         if self.threaded:
@@ -229,7 +235,18 @@ class Staging:
         if self._in_use is not None:
             self._buffers_free.put(self._in_use)
             self._in_use = None
+        if self._held is not None:
+            # The learner is done with the slot it trained on (it asked for the next batch): the actors may refill it.
+            self._free.put(self._held)
+            self._held = None
         start = time.perf_counter()
+        if self._zero_copy:
+            try:
+                self._held = self._take_slot()
+            except _Stop:
+                raise RuntimeError("staging was closed") from None
+            self._staged += 1
+            return StagedBatch(self._slots[self._held], time.perf_counter() - start, 0.0, -1, self._staged - 1, None)
         if not self.threaded:
             try:
                 _, arrived = self._gather(self._host[0], self._batch_slots)

@@ -168,6 +168,34 @@ def test_staging_without_a_thread_copies_when_asked_and_hands_slots_back_at_once
         staging.close()
 
 
+def test_staging_trains_on_a_lone_slot_itself_and_hands_it_back_only_when_the_next_batch_is_asked_for():
+    slots = _fake_slots(4)
+    full, free = queue.Queue(), queue.Queue()
+    for i in (2, 0):
+        full.put(i)
+    staging = Staging(slots, full, free, batch_slots=1, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test")
+    try:
+        first = staging.next()
+        assert first.data.obs.data_ptr() == slots[2].obs.data_ptr()  # the slot itself: no copy
+        assert free.qsize() == 0  # still the learner's while it trains on it
+        second = staging.next()
+        assert list(free.queue) == [2]  # asking for the next batch hands the previous slot back
+        assert second.data.obs.data_ptr() == slots[0].obs.data_ptr() and torch.all(second.data.obs == 0)
+        assert [second.number, second.stage_s] == [1, 0.0]
+    finally:
+        staging.close()
+    # With a device copy or replay the lone slot is still copied (threaded staging): the batch is not the slot.
+    full.put(3)
+    staging = Staging(
+        slots, full, free, batch_slots=1, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test", threaded=True
+    )
+    try:
+        third = staging.next()
+        assert third.data.obs.data_ptr() != slots[3].obs.data_ptr() and torch.all(third.data.obs == 3)
+    finally:
+        staging.close()
+
+
 def test_staging_times_out_with_a_message_naming_what_it_waited_for():
     staging = Staging(
         _fake_slots(2),
