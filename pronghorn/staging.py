@@ -100,7 +100,11 @@ class Staging:
         # or replay's sampling. On CPU without replay a batch is only copied out of the slots, which the
         # learner does itself when it asks, in one buffer: a hand-off to a thread costs two wake-ups per batch.
         self.threaded = (cuda or replay is not None) if threaded is None else threaded
-        self._host = [self._allocate(pin=cuda) for _ in range(2 if self.threaded else 1)]
+        # A batch of one slot is that slot itself (below, next()): no copy and no batch buffer, and the slot stays
+        # the learner's until it asks for the next batch. Not with a device copy to make, nor with replay (threaded).
+        self._zero_copy = not self.threaded and batch_slots == 1 and not cuda
+        self._held: int | None = None  # the slot the learner is training on (zero copy)
+        self._host = [] if self._zero_copy else [self._allocate(pin=cuda) for _ in range(2 if self.threaded else 1)]
         self._on_device = [Unroll(*(torch.empty_like(t, device=device) for t in host)) for host in self._host] if cuda else self._host
         self._stream = torch.cuda.Stream(device) if cuda else None  # type: ignore[no-untyped-call]  # torch.cuda.Stream.__new__ is unannotated
         self._buffers_free: queue.Queue[int] = queue.Queue()
@@ -108,10 +112,6 @@ class Staging:
             self._buffers_free.put(i)
         self._ready: queue.Queue[Any] = queue.Queue()  # a staged batch's parts, or the exception that stopped staging
         self._in_use: int | None = None
-        # A batch of one slot is that slot itself (below, next()): no copy, and the slot stays the learner's
-        # until it asks for the next batch. Not with a device copy to make, or where replay writes into the batch.
-        self._zero_copy = not self.threaded and batch_slots == 1 and self._on_device is self._host
-        self._held: int | None = None  # the slot the learner is training on (zero copy)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pronghorn-staging", daemon=True)
         if self.threaded:

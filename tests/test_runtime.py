@@ -175,6 +175,7 @@ def test_staging_trains_on_a_lone_slot_itself_and_hands_it_back_only_when_the_ne
         full.put(i)
     staging = Staging(slots, full, free, batch_slots=1, device=torch.device("cpu"), timeout=5, health_check=lambda: None, describe_producers=lambda: "test")
     try:
+        assert staging._host == []  # no batch buffer to copy into
         first = staging.next()
         assert first.data.obs.data_ptr() == slots[2].obs.data_ptr()  # the slot itself: no copy
         assert free.qsize() == 0  # still the learner's while it trains on it
