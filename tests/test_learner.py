@@ -268,3 +268,23 @@ def test_compile_learner_without_its_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # no Triton: checked by name, no GPU needed
     with pytest.raises(ConfigError, match="--compile-learner on CUDA needs Triton"):
         training._check_compile(cfg, torch.device("cuda"))
+
+
+def test_an_update_leaves_its_batch_as_it_was():
+    # Staging hands the learner an actor's slot itself where a batch is one slot (staging.py): a write into
+    # the batch would be a write into shared memory an actor refills next. Vector and image observations,
+    # standardised, with an LSTM core, and a second (clipped) pass over the same batch.
+    import numpy as np
+
+    from pronghorn.models import build_agent
+
+    for obs_shape, dtype, model in (((4,), np.float32, "mlp"), ((4, 84, 84), np.uint8, "shallow")):
+        cfg = Config(model=model, lstm=True, normalize_observations="on", updates_per_batch=2, ppo_clip=0.2).for_observations(obs_shape)
+        agent = build_agent(cfg, obs_shape, 6)
+        learner = Learner(cfg, agent, frames_per_step=1)
+        (batch,) = synthetic_batches(1, T=4, B=2, obs_shape=obs_shape, obs_dtype=dtype, num_actions=6, core_size=agent.core_size)
+        before = [t.clone() for t in batch]
+        learner.step(batch)
+        learner.step(batch, count=False)
+        for name, was, now in zip(batch._fields, before, batch):
+            assert torch.equal(was, now), (model, name)
