@@ -240,20 +240,19 @@ class Staging:
             self._free.put(self._held)
             self._held = None
         start = time.perf_counter()
-        if self._zero_copy:
-            try:
-                self._held = self._take_slot()
-            except _Stop:
-                raise RuntimeError("staging was closed") from None
-            self._staged += 1
-            return StagedBatch(self._slots[self._held], time.perf_counter() - start, 0.0, -1, self._staged - 1, None)
         if not self.threaded:
             try:
-                _, arrived = self._gather(self._host[0], self._batch_slots)
+                if self._zero_copy:
+                    self._held = self._take_slot()
+                    batch, arrived = self._slots[self._held], time.perf_counter()
+                else:
+                    batch = self._host[0]
+                    _, arrived = self._gather(batch, self._batch_slots)
             except _Stop:
                 raise RuntimeError("staging was closed") from None
             self._staged += 1
-            return StagedBatch(self._host[0], arrived - start, time.perf_counter() - arrived, -1, self._staged - 1, None)
+            stage_s = 0.0 if self._zero_copy else time.perf_counter() - arrived  # no copy made, nothing to time
+            return StagedBatch(batch, arrived - start, stage_s, -1, self._staged - 1, None)
         while True:
             try:
                 item = self._ready.get(timeout=1.0)

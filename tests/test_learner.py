@@ -1,11 +1,12 @@
 import copy
 import dataclasses
 
+import numpy as np
 import torch
 
 from pronghorn.config import Config
 from pronghorn.learner import Learner
-from pronghorn.models import Agent
+from pronghorn.models import Agent, build_agent
 from tests.helpers import synthetic_batches
 
 
@@ -274,10 +275,6 @@ def test_an_update_leaves_its_batch_as_it_was():
     # Staging hands the learner an actor's slot itself where a batch is one slot (staging.py): a write into
     # the batch would be a write into shared memory an actor refills next. Vector and image observations,
     # standardised, with an LSTM core, and a second (clipped) pass over the same batch.
-    import numpy as np
-
-    from pronghorn.models import build_agent
-
     for obs_shape, dtype, model in (((4,), np.float32, "mlp"), ((4, 84, 84), np.uint8, "shallow")):
         cfg = Config(model=model, lstm=True, normalize_observations="on", updates_per_batch=2, ppo_clip=0.2).for_observations(obs_shape)
         agent = build_agent(cfg, obs_shape, 6)
