@@ -11,7 +11,7 @@ thread's CPU time (time.thread_time: what the part cost) and wall time (what it 
 preemption included), Python's garbage collections and their CPU time, and the process's context
 switches. The update's CPU time can be set beside `benchmarks/throughput.py`'s learner component (the
 same update alone, back to back on an idle core), but on the 2-core development machine that update alone
-differed by up to 1.7x from one process to the next (README, "Where the defaults' learner time goes"):
+differed by up to 1.7x from one process to the next (docs/throughput_log.md, "Where the defaults' learner time goes"):
 compare several runs of each, not one.
 The run stops at --frames, not at the env's reward threshold.
 """

@@ -75,7 +75,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # One actor: two processes on two cores, none time-sliced; at E=512 the actor and the learner take about a core each.
     "cartpole-best": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512),
     "cartpole-1x768": dict(env="CartPole-v1", num_actors=1, envs_per_actor=768, batch_size=768),  # faster, but the learner's core is the bottleneck
-    # Around the best: longer unrolls, two unrolls per batch, fewer envs (README: "Why the ratio stays near 0.8").
+    # Around the best: longer unrolls, two unrolls per batch, fewer envs (docs/throughput_log.md, "Why CartPole's best stays below 0.85").
     "cartpole-1x512-t40": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, unroll_length=40),
     "cartpole-1x512-b1024": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=1024),
     # The learner's products in bfloat16 (AVX512-BF16 and AMX here), where the best setting's one learner thread is the bottleneck.
@@ -89,9 +89,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # --compile-learner beside the same settings without it (README: "The learner compiled").
     "cartpole-compiled": dict(env="CartPole-v1", compile_learner=True),
     "cartpole-best-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, compile_learner=True),
-    # Both: the learner's update cheap enough that the actor's core is as busy as the learner's (README, "CartPole's best, compiled").
+    # Both: the learner's update cheap enough that the actor's core is as busy as the learner's (docs/throughput_log.md, "CartPole's best, compiled").
     "cartpole-best-bf16-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, learner_precision="bf16", compile_learner=True),
-    # More envs, compiled: no closer to the limit (README, "CartPole's best, compiled").
+    # More envs, compiled: no closer to the limit (docs/throughput_log.md, "CartPole's best, compiled").
     "cartpole-1x1024-bf16-compiled": dict(
         env="CartPole-v1", num_actors=1, envs_per_actor=1024, batch_size=1024, learner_precision="bf16", compile_learner=True
     ),
@@ -133,8 +133,15 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
     # As close to the limit as 1x96 (0.87 / 0.87 / 0.87 / 0.81), and less learned at 5M frames (README, "MinAtar's best").
     "minatar-breakout-1x128": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=128, batch_size=128),
-    # The 2x64 setting with the learner in bfloat16 (named when 2x64 was the best).
+    # The 2x64 setting with the learner in bfloat16 (named when 2x64 was the best). The fastest MinAtar setting: three
+    # processes on two cores, the update cheap enough (9-11 core-µs per frame) that the actors are as busy as the learner.
+    # 2026-12-06, five rounds: 0.83 / 0.87 / 0.83 / 0.81 / 0.84 of the limit at 73-79K frames/s, against the best's
+    # 0.80 / 0.85 / 0.83 / 0.85 / 0.77 at 55-61K (README, "MinAtar's best in bfloat16").
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
+    # Around it in bfloat16 (2026-12-06, README "MinAtar's best in bfloat16"): none closer or faster in the same runs.
+    "minatar-breakout-2x48-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=48, batch_size=48, learner_precision="bf16"),
+    "minatar-breakout-2x96-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=96, batch_size=96, learner_precision="bf16"),
+    "minatar-breakout-3x32-bf16": dict(env="MinAtar/Breakout-v0", num_actors=3, envs_per_actor=32, batch_size=32, learner_precision="bf16"),
     "pong": dict(env="ALE/Pong-v5", model="shallow"),  # the defaults: ale-py's vector env (--env-backend auto), 8 envs per actor
     "pong-best": dict(env="ALE/Pong-v5", model="shallow", envs_per_actor=16, batch_size=32),
     # Pong's best with the learner in bfloat16: the fastest Pong setting (2026-12-05, three rounds: 0.84 / 0.85 / 0.90 of
@@ -167,6 +174,7 @@ DEFAULT_SETTINGS = [
     "cartpole-best-bf16-compiled",
     "minatar-breakout",
     "minatar-breakout-best",
+    "minatar-breakout-best-bf16",
     "pong",
     "pong-best",
     "pong-best-bf16",
@@ -215,7 +223,7 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
 
     # Seeded, so the weights timed do not depend on what this process ran before: after the LSTM setting's
     # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
-    # floats, at 9x its cost (README, "Where the limit is reached").
+    # floats, at 9x its cost (docs/throughput_log.md, "Tables and rounds").
     torch.manual_seed(0)
     agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
     agent.eval()

@@ -71,7 +71,7 @@ class Acting:
     - The MLP runs in numpy, on numpy views of the agent's weights (weights are loaded into the agent in
       place, which the views see) and buffers kept here. On a few hundred rows or fewer its cost is the
       ops' dispatch, not their arithmetic, and torch's dispatch costs more than numpy's, the more so
-      between env steps (README, "The MLP acts in numpy"). `numpy_answer` is that step with numpy in and
+      between env steps (docs/throughput_log.md, "The MLP acts in numpy"). `numpy_answer` is that step with numpy in and
       out, which the actors call so that no torch call falls between their env steps.
     - The small-grid CNN (MinAtar) calls its torso module and nothing else, then both heads in one product.
 

@@ -125,7 +125,7 @@ class LocalPolicy:
         # (and hands the action to the env) before it asks again.
         if self.acting.mode == "numpy":
             # The MLP's step without a torch call: torch calls between numpy env steps cost the actor more than
-            # their own time (README, "The actor's step without torch"). Its core state is a placeholder.
+            # their own time (docs/throughput_log.md, "The actor's step without torch"). Its core state is a placeholder.
             action, logits, values = self.acting.numpy_answer(env_out.obs, uniform, final_obs)
             core_before = self._core_placeholder
         else:

@@ -48,7 +48,7 @@ class PolicyAnswer(NamedTuple):
     """The policy's answer to one step of an actor's E environments (from its own agent or the inference server).
 
     numpy arrays, like EnvOutput: the actor hands the action to the env and writes the rest into the slot's
-    numpy views, with no torch call on its per-step path (README, "The actor's step without torch")."""
+    numpy views, with no torch call on its per-step path (docs/throughput_log.md, "The actor's step without torch")."""
 
     action: np.ndarray  # [E] int64, chosen from obs[t]
     policy_logits: np.ndarray  # [E, A] float32

@@ -62,7 +62,7 @@ def test_the_numpy_mlp_step_gives_act_s_logits_values_and_actions():
 
 
 def test_the_actor_s_mlp_step_makes_no_torch_call():
-    """Torch calls between numpy env steps cost the actor more than their own time (README, "The actor's step
+    """Torch calls between numpy env steps cost the actor more than their own time (docs/throughput_log.md, "The actor's step
     without torch"): LocalPolicy's answer for the MLP, the slot's numpy views and the env's numpy actions
     stay in numpy. A profile hook records every C function called during the answers."""
     cfg = Config(env="ShortCartPole-v0", num_actors=1, envs_per_actor=8, batch_size=8)
