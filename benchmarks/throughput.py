@@ -134,8 +134,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # As close to the limit as 1x96 (0.87 / 0.87 / 0.87 / 0.81), and less learned at 5M frames (README, "MinAtar's best").
     "minatar-breakout-1x128": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=128, batch_size=128),
     # The 2x64 setting with the learner in bfloat16 (named when 2x64 was the best). The fastest MinAtar setting: three
-    # processes on two cores, the update cheap enough (9-11 core-µs per frame) that the actors are as busy as the learner.
-    # 2026-12-06, five rounds: 0.83 / 0.87 / 0.83 / 0.81 / 0.84 of the limit at 73-79K frames/s, against the best's
+    # processes on two cores, the update cheap enough (8.7-10.8 core-µs per frame) that both cores stay busy.
+    # 2026-12-06, five rounds: 0.83 / 0.87 / 0.83 / 0.81 / 0.84 of the limit at 73-76K frames/s, against the best's
     # 0.80 / 0.85 / 0.83 / 0.85 / 0.77 at 55-61K (README, "MinAtar's best in bfloat16").
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
     # Around it in bfloat16 (2026-12-06, README "MinAtar's best in bfloat16"): none closer or faster in the same runs.
