@@ -244,14 +244,14 @@ class Staging:
             try:
                 if self._zero_copy:
                     self._held = self._take_slot()
-                    batch, arrived = self._slots[self._held], time.perf_counter()
+                    batch, arrived, stage_s = self._slots[self._held], time.perf_counter(), 0.0  # no copy made, nothing to time
                 else:
                     batch = self._host[0]
                     _, arrived = self._gather(batch, self._batch_slots)
+                    stage_s = time.perf_counter() - arrived
             except _Stop:
                 raise RuntimeError("staging was closed") from None
             self._staged += 1
-            stage_s = 0.0 if self._zero_copy else time.perf_counter() - arrived  # no copy made, nothing to time
             return StagedBatch(batch, arrived - start, stage_s, -1, self._staged - 1, None)
         while True:
             try:
