@@ -48,6 +48,12 @@ import tempfile
 import time
 from typing import Any
 
+# Before torch loads, as `pronghorn train` sets it where the learner's threads share cores with actors
+# (pronghorn/runtime/tuning.py, quiet_openmp): on 2 cores that is the deep ResNet's learner, the only one here
+# with two threads; every other learner and every component timing runs one thread, which the policy leaves
+# alone. Where the cores outnumber the actors, learners with threads of their own sleep here and spin there.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import numpy as np
 import torch
 

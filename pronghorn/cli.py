@@ -10,6 +10,7 @@ import contextlib
 import io
 import logging
 import math
+import os
 import re
 import signal
 import sys
@@ -56,6 +57,9 @@ def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
 
 def cmd_train(argv: Sequence[str]) -> int:
     cfg = parse_config(argv)  # before torch is imported: a bad flag is answered in a fraction of a second
+    from pronghorn.runtime.tuning import quiet_openmp
+
+    quiet_openmp(cfg, os.cpu_count() or 1)  # also before torch: its OpenMP reads the setting when it loads
 
     from pronghorn.checkpoint import CheckpointError
     from pronghorn.config import ConfigError

@@ -198,7 +198,7 @@ class Config:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Learner device; `auto` takes CUDA when available. Actors always run on CPU."""
     learner_threads: int = 0
-    """Torch threads in the learner; 0 picks the cores left over by the actors (at least 1)."""
+    """Torch threads in the learner; 0 picks the cores left over by the actors (at least 1), and at least 2 for `--model deep` on CPU, whose convolutions gain from a second thread even on a core an actor uses (Pong on 2 cores: 1.15-1.26x the frames/s)."""
     learner_precision: Literal["fp32", "bf16"] = "fp32"
     """The learner's forward and backward pass: `bf16` runs its convolutions and matrix products in bfloat16 under torch.autocast (weights, V-trace, losses and optimizer stay fp32); 1.4-2x faster updates for the image networks on a CPU with AVX512-BF16 (measured here; AMX and CUDA GPUs of compute capability 8.0+ have bf16 too), slower on CPUs without. Actors always act in fp32."""
 

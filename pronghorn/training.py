@@ -30,7 +30,7 @@ from pronghorn.records import Unroll
 from pronghorn.replay import ReplayRing, build_ring, unroll_priorities
 from pronghorn.rundir import prepare_logdir
 from pronghorn.runtime import LocalRuntime
-from pronghorn.runtime.tuning import limit_threads
+from pronghorn.runtime.tuning import learner_thread_count, limit_threads
 from pronghorn.staging import Staging
 from pronghorn.stats import LevelStats
 
@@ -220,11 +220,11 @@ def train(cfg: Config) -> TrainResult:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    limit_threads(1 if cfg.deterministic else (cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_actors)))
+    device = resolve_device(cfg.device)
+    limit_threads(learner_thread_count(cfg, on_cpu=device.type == "cpu", cores=os.cpu_count() or 1))
     if cfg.deterministic or torch.are_deterministic_algorithms_enabled():
         # Only when it changes something: the call imports torch._dynamo, about 2 s of every start-up.
         torch.use_deterministic_algorithms(cfg.deterministic)
-    device = resolve_device(cfg.device)
     _check_precision(cfg, device)  # before any actor starts
     _check_compile(cfg, device)
     try:

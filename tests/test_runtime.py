@@ -307,3 +307,59 @@ def test_limit_threads_caps_numpy_s_blas_at_one_thread_and_sets_torch_s_as_asked
     assert before and after == [1] * len(before)  # numpy's BLAS was found and limited
     assert openmp == openmp_before and all(n == (os.cpu_count() or 1) for n in openmp)  # torch's OpenMP pool keeps its size
     assert torch_threads == 1
+
+
+def test_the_deep_resnet_s_learner_takes_a_second_thread_on_cpu_and_the_others_keep_the_cores_left():
+    from pronghorn.runtime.tuning import learner_thread_count
+
+    pong = dict(env="ALE/Pong-v5")
+    deep = Config(**pong, model="deep")
+    assert learner_thread_count(deep, on_cpu=True, cores=2) == 2  # shares a core with an actor: it still pays
+    assert learner_thread_count(deep, on_cpu=True, cores=16) == 14  # the cores the actors leave are more
+    assert learner_thread_count(deep, on_cpu=False, cores=2) == 1  # the update runs on the accelerator
+    assert learner_thread_count(Config(**pong, model="shallow"), on_cpu=True, cores=2) == 1
+    assert learner_thread_count(Config(**pong, model="shallow"), on_cpu=True, cores=8) == 6
+    assert learner_thread_count(Config(**pong, model="deep", deterministic=True), on_cpu=True, cores=2) == 1
+    assert learner_thread_count(Config(**pong, model="shallow", learner_threads=3), on_cpu=True, cores=2) == 3
+
+
+def test_openmp_sleeps_only_where_the_learner_s_threads_share_cores_with_actors_and_a_set_policy_wins():
+    from pronghorn.runtime.tuning import quiet_openmp
+
+    pong = dict(env="ALE/Pong-v5")
+    env: dict[str, str] = {}
+    assert quiet_openmp(Config(**pong, model="deep"), 2, env) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    for cfg, cores in ((Config(**pong, model="shallow"), 2), (Config(**pong, model="deep"), 16)):
+        env = {}
+        assert not quiet_openmp(cfg, cores, env) and env == {}  # one learner thread, or a core for each
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert not quiet_openmp(Config(**pong, model="deep"), 2, env) and env == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def test_pronghorn_train_sets_openmp_s_policy_before_torch_loads():
+    """libgomp reads OMP_WAIT_POLICY once, when torch loads it: set later, it would change nothing."""
+    import subprocess
+    import sys
+
+    from tests.helpers import ENV
+
+    code = (
+        "import os, sys\n"
+        "from pronghorn import cli\n"
+        "from pronghorn.runtime import tuning\n"
+        "real = tuning.quiet_openmp\n"
+        "def stop_after(cfg, cores):\n"
+        "    set_it = real(cfg, cores)\n"
+        "    print(cfg.model, set_it, os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+        "    raise SystemExit(0)\n"
+        "tuning.quiet_openmp = stop_after\n"
+        "for model in ('shallow', 'deep'):\n"
+        "    try:\n"
+        "        cli.main(['train', '--env', 'ALE/Pong-v5', '--model', model, '--num-actors', '2'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+    )
+    env = {k: v for k, v in ENV.items() if k != "OMP_WAIT_POLICY"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    expected_deep = "deep True PASSIVE False" if (os.cpu_count() or 1) <= 3 else "deep False None False"
+    assert proc.stdout.splitlines() == ["shallow False None False", expected_deep], proc.stderr

@@ -6,6 +6,11 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pronghorn.config import Config
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -43,6 +48,37 @@ def limit_threads(torch_threads: int) -> None:
 
     torch.set_num_threads(torch_threads)
     threadpool_limits(1, user_api="blas")
+
+
+def learner_thread_count(cfg: Config, on_cpu: bool, cores: int) -> int:
+    """Torch threads for the learner: 1 with --deterministic, --learner-threads where given, else one per core
+    the actors leave (at least 1), and at least two for the deep ResNet on CPU.
+
+    The deep ResNet's convolutions are large enough that a second thread pays even on a core an actor runs on:
+    Pong, 2 cores, 2 actors (2026-12-06, three alternated pairs, with `quiet_openmp`): 1.15-1.26x the frames/s
+    of one thread. The smaller networks' products are not: the shallow CNN 0.91x and the Nature CNN 0.87-0.92x
+    in the same runs, and CartPole's and MinAtar's best were slower too (docs/throughput_log.md)."""
+    if cfg.deterministic:
+        return 1
+    if cfg.learner_threads:
+        return cfg.learner_threads
+    left = max(1, cores - cfg.num_actors)
+    return max(left, min(2, cores)) if on_cpu and cfg.model == "deep" else left
+
+
+def quiet_openmp(cfg: Config, cores: int, environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Before torch loads: OpenMP's threads sleep between parallel regions where the learner's threads share
+    cores with actors. Returns whether it set OMP_WAIT_POLICY (a value already set is kept).
+
+    libgomp reads OMP_WAIT_POLICY once, when torch loads it, so this runs before the first `import torch`;
+    `auto` devices count as CPU here (torch would be needed to tell). A spinning OpenMP thread runs at the
+    learner's priority, above the actors', and takes the time an actor needs: the deep ResNet's two learner
+    threads 1.09-1.15x one thread's frames/s with libgomp's default spinning, 1.15-1.26x sleeping (2026-12-06)."""
+    threads = learner_thread_count(cfg, on_cpu=cfg.device != "cuda", cores=cores)
+    if threads < 2 or threads + cfg.num_actors <= cores or "OMP_WAIT_POLICY" in environ:
+        return False
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
 
 
 def tune_learner_process(title: str = "pronghorn-learner") -> None:
