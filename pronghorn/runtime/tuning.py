@@ -55,9 +55,10 @@ def learner_thread_count(cfg: Config, on_cpu: bool, cores: int) -> int:
     the actors leave (at least 1), and at least two for the deep ResNet on CPU.
 
     The deep ResNet's convolutions are large enough that a second thread pays even on a core an actor runs on:
-    Pong, 2 cores, 2 actors (2026-12-06, three alternated pairs, with `quiet_openmp`): 1.15-1.26x the frames/s
-    of one thread. The smaller networks' products are not: the shallow CNN 0.91x and the Nature CNN 0.87-0.92x
-    in the same runs, and CartPole's and MinAtar's best were slower too (docs/throughput_log.md)."""
+    Pong, 2 cores, 2 actors (2026-12-06, alternated pairs, with `quiet_openmp`): 1.15-1.26x the frames/s of one
+    thread. The smaller networks' products are not: in pairs the same day the shallow CNN ran 0.91x and the Nature
+    CNN 0.87-0.92x, and CartPole's and MinAtar's best were slower too (README, "The learner's threads";
+    docs/throughput_log.md)."""
     if cfg.deterministic:
         return 1
     if cfg.learner_threads:
