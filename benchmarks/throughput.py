@@ -2,8 +2,8 @@
 
 For each setting, in one run, with the same envs and worker count as the end-to-end run:
   1. environment stepping with random actions, the fastest way this machine has (the cheapest of
-     pronghorn's own env batch, raw envpool and Gymnasium's numpy-vectorised env, where they exist)
-                                                   -> core-seconds per frame
+     pronghorn's own env batch, raw envpool and Gymnasium's numpy-vectorised env, where they exist; the
+     fastest is then timed again, and that second timing is its cost) -> core-seconds per frame
   2. batched policy inference (+ sampling), batch E, as an actor runs it -> core-seconds per frame
   3. the learner's update on a [T+1, B] batch       -> core-seconds per frame
   component limit = cores / (sum of the three)       (frames/s if every core did only useful work)
@@ -215,17 +215,12 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     """Core-seconds per frame of env stepping (the fastest stepper, or `stepper`), inference and the learner."""
     spec = probe(cfg.env, cfg)
     E, T, B, fps = cfg.envs, resolved(cfg.unroll_length, "unroll_length"), resolved(cfg.batch_size, "batch_size"), spec.frames_per_step
-    env = make_batched(cfg.env, list(range(E)), cfg)
-    env.reset()
-    rng = np.random.default_rng(0)
-    env_costs = {}
-    if stepper in (None, "pronghorn"):
-        env_costs["pronghorn"] = cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds / 2)
-    obs = torch.from_numpy(env.step(np.zeros(E, np.int64)).obs.copy())
-    env.close()
-    if stepper != "pronghorn":
-        env_costs.update(raw_env_costs(cfg.env, E, spec.num_actions, fps, seconds / 2, only=stepper))
+    env_costs, obs = stepper_costs(cfg, seconds / 2, stepper)
     fastest = min(env_costs, key=lambda k: env_costs[k])
+    if len(env_costs) > 1:
+        # The lowest of several noisy timings reads below its stepper's cost (the pick favours whichever
+        # timing ran lucky): the timing that picks the fastest stepper is not the one that prices it.
+        env_costs, _ = stepper_costs(cfg, seconds / 2, fastest)
 
     # Seeded, so the weights timed do not depend on what this process ran before: after the LSTM setting's
     # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
@@ -267,6 +262,24 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     learner = Learner(cfg, agent, fps)
     learn_cost = cpu_time_per(lambda: learner.step(batch), T * B * fps, seconds, warmup=2)
     return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
+
+
+def stepper_costs(cfg: Config, seconds: float, stepper: str | None = None) -> tuple[dict[str, float], torch.Tensor]:
+    """Core-seconds per frame of each way to step cfg's envs with random actions (or of `stepper` alone),
+    and one batch of observations from pronghorn's own env batch for the inference timing."""
+    spec = probe(cfg.env, cfg)
+    E, fps = cfg.envs, spec.frames_per_step
+    env = make_batched(cfg.env, list(range(E)), cfg)
+    env.reset()
+    rng = np.random.default_rng(0)
+    costs = {}
+    if stepper in (None, "pronghorn"):
+        costs["pronghorn"] = cpu_time_per(lambda: env.step(rng.integers(0, spec.num_actions, size=E)), E * fps, seconds)
+    obs = torch.from_numpy(env.step(np.zeros(E, np.int64)).obs.copy())
+    env.close()
+    if stepper != "pronghorn":
+        costs.update(raw_env_costs(cfg.env, E, spec.num_actions, fps, seconds, only=stepper))
+    return costs, obs
 
 
 def raw_env_costs(level: str, E: int, num_actions: int, frames_per_step: int, seconds: float, only: str | None = None) -> dict[str, float]:
