@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from pronghorn import Config, train
 from pronghorn.acting import Acting
 from pronghorn.config import resolved
-from pronghorn.envs import make_batched, probe
+from pronghorn.envs import EnvSpec, make_batched, probe
 from pronghorn.learner import Learner
 from pronghorn.models import build_agent
 from pronghorn.records import Unroll, unroll_spec
@@ -215,12 +215,12 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     """Core-seconds per frame of env stepping (the fastest stepper, or `stepper`), inference and the learner."""
     spec = probe(cfg.env, cfg)
     E, T, B, fps = cfg.envs, resolved(cfg.unroll_length, "unroll_length"), resolved(cfg.batch_size, "batch_size"), spec.frames_per_step
-    env_costs, obs = stepper_costs(cfg, seconds / 2, stepper)
+    env_costs, obs = stepper_costs(cfg, spec, seconds / 2, stepper)
     fastest = min(env_costs, key=lambda k: env_costs[k])
     if len(env_costs) > 1:
         # The lowest of several noisy timings reads below its stepper's cost (the pick favours whichever
         # timing ran lucky): the timing that picks the fastest stepper is not the one that prices it.
-        env_costs, _ = stepper_costs(cfg, seconds / 2, fastest)
+        env_costs, _ = stepper_costs(cfg, spec, seconds / 2, fastest)
 
     # Seeded, so the weights timed do not depend on what this process ran before: after the LSTM setting's
     # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
@@ -264,10 +264,9 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
 
 
-def stepper_costs(cfg: Config, seconds: float, stepper: str | None = None) -> tuple[dict[str, float], torch.Tensor]:
+def stepper_costs(cfg: Config, spec: EnvSpec, seconds: float, stepper: str | None = None) -> tuple[dict[str, float], torch.Tensor]:
     """Core-seconds per frame of each way to step cfg's envs with random actions (or of `stepper` alone),
-    and one batch of observations from pronghorn's own env batch for the inference timing."""
-    spec = probe(cfg.env, cfg)
+    and one batch of observations from pronghorn's own env batch for the inference timing. spec: probe(cfg.env)."""
     E, fps = cfg.envs, spec.frames_per_step
     env = make_batched(cfg.env, list(range(E)), cfg)
     env.reset()
