@@ -14,6 +14,12 @@ down over the minutes of one setting moves both sides of the ratio alike (the tw
 Where the two differ by more than 1.5x, one of them is far off: the components are timed a third time
 and the limit takes each one's median of the three.
 
+Beside each ratio, the layout cap: the highest ratio pronghorn's threads allow with the same costs. Each actor
+steps and answers on one thread and the learner updates on its own (one, on 2 cores, but the deep ResNet's
+two), so training cannot pass actors / (env + inference) or learner threads / learner frames/s, whatever
+the other core does (`layout_cap`). Where one learner thread costs more than half the sum, the cap is below 1:
+the ratio then measures the layout and the glue, the cap the layout alone.
+
   .venv/bin/python benchmarks/throughput.py [--only SETTING ...]
   .venv/bin/python benchmarks/throughput.py --inference both --readme README.md   # regenerates the README table
   .venv/bin/python benchmarks/throughput.py --runtime ray --only cartpole-e32 --only pong-envpool
@@ -66,7 +72,7 @@ from pronghorn.envs import EnvSpec, make_batched, probe
 from pronghorn.learner import Learner
 from pronghorn.models import build_agent
 from pronghorn.records import Unroll, unroll_spec
-from pronghorn.runtime.tuning import limit_threads, tune_malloc
+from pronghorn.runtime.tuning import learner_thread_count, limit_threads, tune_malloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme_table import write_table
@@ -264,6 +270,36 @@ def measure_components(cfg: Config, seconds: float, stepper: str | None = None) 
     return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
 
 
+def layout_cap(costs: dict[str, float], cfg: Config, cores: int) -> float:
+    """The most of the component limit that pronghorn's threads can reach, from the same component costs.
+
+    The limit spreads every component over every core. pronghorn runs each on threads of its own: an actor
+    process steps its envs and answers them (actor inference) on one thread, the learner updates on its torch
+    threads (`learner_thread_count`), and central inference answers on one thread of the learner's process.
+    None of them goes faster than its threads allow, however idle the other cores are: training cannot pass
+    actors / (env + inference), nor threads / learner frames/s. Returns the lowest bound over the limit (at most
+    1). On 2 cores, where one learner thread's update costs more than half the sum (CartPole's and MinAtar's
+    best), that is (sum) / (2 x learner)."""
+    env, inference, learner = costs["env"], costs["inference"], costs["learner"]
+    limit = cores / (env + inference + learner)
+    threads = learner_thread_count(cfg, True, cores)  # as on CPU: the deep ResNet's learner gets two
+    if cfg.inference == "central":
+        bounds = [cfg.num_actors / env, 1 / inference, threads / learner]
+    else:
+        bounds = [cfg.num_actors / (env + inference), threads / learner]
+    return min(1.0, min(bounds) / limit)
+
+
+def cpu_model() -> str:
+    """The processor's name as Linux reports it ("unknown" elsewhere): machines of one kind differ between runs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else "unknown"
+
+
 def stepper_costs(cfg: Config, spec: EnvSpec, seconds: float, stepper: str | None = None) -> tuple[dict[str, float], torch.Tensor]:
     """Core-seconds per frame of each way to step cfg's envs with random actions (or of `stepper` alone),
     and one batch of observations from pronghorn's own env batch for the inference timing. spec: probe(cfg.env)."""
@@ -375,12 +411,12 @@ def main() -> None:
     tune_malloc()  # the learner process does the same
     limit_threads(1)  # as actors run (the MLP's acting step multiplies in numpy)
     print(
-        f"machine: {cores} cores; torch {torch.__version__}; {args.num_actors} actor processes (A=, unless a setting names its own); component costs on one thread\n"
+        f"machine: {cores} cores ({cpu_model()}); torch {torch.__version__}; {args.num_actors} actor processes (A=, unless a setting names its own); component costs on one thread\n"
     )
     table = [
-        "| setting | env (fastest stepper) | inference | learner (µs/frame) | limit (fps) | pronghorn (fps) | ratio |"
+        "| setting | env (fastest stepper) | inference | learner (µs/frame) | limit (fps) | pronghorn (fps) | ratio | layout cap |"
         + (" other inference (fps, ratio) |" if args.inference == "both" else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if args.inference == "both" else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if args.inference == "both" else ""),
     ]
     if args.repeats > 1:
         table[0] += " ratio in each round |"
@@ -408,6 +444,7 @@ def main() -> None:
             costs = {k: sorted((before[k], after[k], third[k]))[1] for k in before}
             limits += f", again {cores / sum(third.values()):9,.0f} (median of three)"
         limit = cores / sum(costs.values())
+        cap = layout_cap(costs, cfg, cores)
         shape = (
             f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
             + (", bf16 learner" if cfg.learner_precision == "bf16" else "")
@@ -416,9 +453,9 @@ def main() -> None:
         line = (
             f"{name:22s} {shape} | core-us/frame: "
             + " ".join(f"{k} {v * 1e6:7.1f}" for k, v in costs.items())
-            + f" ({stepper}) | {limits} | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f}"
+            + f" ({stepper}) | {limits} | limit {limit:9,.0f} fps | pronghorn {measured:9,.0f} fps | ratio {measured / limit:.2f} (layout cap {cap:.2f})"
         )
-        row = f"| {name} ({shape}) | {costs['env'] * 1e6:.1f} ({stepper}) | {costs['inference'] * 1e6:.1f} | {costs['learner'] * 1e6:.1f} | {limit:,.0f} | {measured:,.0f} | {measured / limit:.2f} |"
+        row = f"| {name} ({shape}) | {costs['env'] * 1e6:.1f} ({stepper}) | {costs['inference'] * 1e6:.1f} | {costs['learner'] * 1e6:.1f} | {limit:,.0f} | {measured:,.0f} | {measured / limit:.2f} | {cap:.2f} |"
         if args.inference == "both":
             other = "central" if cfg.inference == "actor" else "actor"
             alt = end_to_end(setting(name, inference=other), frames)
