@@ -458,10 +458,12 @@ def main() -> None:
         row = f"| {name} ({shape}) | {costs['env'] * 1e6:.1f} ({stepper}) | {costs['inference'] * 1e6:.1f} | {costs['learner'] * 1e6:.1f} | {limit:,.0f} | {measured:,.0f} | {measured / limit:.2f} | {cap:.2f} |"
         if args.inference == "both":
             other = "central" if cfg.inference == "actor" else "actor"
-            alt = end_to_end(setting(name, inference=other), frames)
+            alt_cfg = setting(name, inference=other)
+            alt = end_to_end(alt_cfg, frames)
             torch.set_num_threads(1)
-            line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / limit:.2f}, {alt / measured:.2f}x the default)"
-            row += f" {other}: {alt:,.0f}, {alt / limit:.2f} |"
+            alt_cap = layout_cap(costs, alt_cfg, cores)  # central: the server's one thread answers every actor
+            line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / limit:.2f}, layout cap {alt_cap:.2f}, {alt / measured:.2f}x the default)"
+            row += f" {other}: {alt:,.0f}, {alt / limit:.2f} (cap {alt_cap:.2f}) |"
         if args.deterministic_cost:
             lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), frames)
             torch.set_num_threads(1)
