@@ -13,15 +13,21 @@ staging copy is no copy at all and the overlap is reported as null.
   end_to_end      training frames/s of `pronghorn train` on Pong (envpool), shallow and deep, with actor and
                   central inference, actors = cores - 2.
   envpool_raw     envpool Pong stepped with random actions on every core (the environment's own limit).
+
+The JSON is printed however the script ends (complete: false if it was stopped or failed part-way). An
+end-to-end run that logs too little to measure is reported with its error and log tail, the others still run,
+and the exit status is then 1; `--end-to-end shallow/actor` (repeatable) reruns only the runs named.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import queue
+import signal
 import sys
 import tempfile
 import time
@@ -32,7 +38,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from timed_run import steady_fps, train_for
+from timed_run import TooLittleLogged, steady_fps, train_for
 
 from pronghorn.config import Config
 from pronghorn.learner import Learner
@@ -128,35 +134,62 @@ def envpool_raw(seconds: float) -> dict:
     return {"envs": n, "threads": cores, "frames_per_s": round(4 * steps / (time.perf_counter() - start))}
 
 
-def main() -> None:
+PAIRS = ("shallow/actor", "shallow/central", "deep/actor", "deep/central")  # model/inference of the end-to-end runs
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    # gpu_check.sh's `timeout` sends SIGTERM. Unwinding stops the training run in progress (train_for's
+    # finally) and prints what was measured so far, where the default action would lose both.
+    raise SystemExit(128 + signum)
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seconds", type=float, default=30.0, help="wall time of each end-to-end run (the learner timings take a third of it each)")
     parser.add_argument("--skip-end-to-end", action="store_true")
+    parser.add_argument("--end-to-end", action="append", choices=PAIRS, help="only these end-to-end runs (repeatable; default all four)")
     args = parser.parse_args()
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be positive, got {args.seconds:g}: try the default, 30")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     device = torch.device(args.device)
     torch.set_num_threads(2)
     cores = os.cpu_count() or 1
     out: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "cores": cores, "torch": torch.__version__}
-    out["learner"] = [learner_and_staging(model, device, min(args.seconds, 15.0)) for model in ("shallow", "deep")]
-    out["envpool_raw"] = envpool_raw(min(args.seconds, 10.0))
-    if not args.skip_end_to_end:
-        actors = max(2, cores - 2)
-        out["end_to_end"] = {}
+    out["complete"] = False  # until every part asked for has run: the JSON is printed however the script ends
+    failed = False
+    try:
+        out["learner"] = []
         for model in ("shallow", "deep"):
-            for inference in ("actor", "central"):
+            out["learner"].append(learner_and_staging(model, device, min(args.seconds, 15.0)))
+            print(f"learner {model}: {out['learner'][-1]}", file=sys.stderr, flush=True)
+        out["envpool_raw"] = envpool_raw(min(args.seconds, 10.0))
+        print(f"envpool_raw: {out['envpool_raw']}", file=sys.stderr, flush=True)
+        if not args.skip_end_to_end:
+            actors = max(2, cores - 2)
+            out["end_to_end"] = {}
+            for pair in args.end_to_end or PAIRS:
+                model, inference = pair.split("/")
                 flags = ["--env", "ALE/Pong-v5", "--env-backend", "envpool", "--model", model, "--inference", inference]
                 flags += ["--device", args.device, "--num-actors", str(actors)]
                 with tempfile.TemporaryDirectory() as logdir:
-                    rows = train_for(flags, args.seconds, os.path.join(logdir, "run"))
-                out["end_to_end"][f"{model}/{inference}"] = {
-                    "frames_per_s": round(steady_fps(rows)),
-                    "policy_lag": round(float(rows[-1]["policy_lag_mean"]), 2),
-                    "actors": actors,
-                }
-                print(f"{model}/{inference}: {out['end_to_end'][f'{model}/{inference}']}", file=sys.stderr, flush=True)
-    print(json.dumps(out, indent=2))
+                    try:
+                        with contextlib.redirect_stdout(sys.stderr):  # its command line: stdout is the JSON alone
+                            rows = train_for(flags, args.seconds, os.path.join(logdir, "run"))
+                    except TooLittleLogged as exc:  # one short or failed run must not cost the others' figures
+                        failed = True
+                        message = str(exc).splitlines()
+                        entry: dict = {"error": message[0], "log_tail": message[1:][-5:], "actors": actors}
+                    else:
+                        entry = {"frames_per_s": round(steady_fps(rows)), "policy_lag": round(float(rows[-1]["policy_lag_mean"]), 2), "actors": actors}
+                out["end_to_end"][pair] = entry
+                print(f"{pair}: {entry}", file=sys.stderr, flush=True)
+        out["complete"] = True
+    finally:
+        print(json.dumps(out, indent=2), flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,6 +13,11 @@ from collections.abc import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class TooLittleLogged(SystemExit):
+    """A run wrote fewer metrics rows than a rate needs. A SystemExit, so a script that does not catch it stops
+    with its message; the GPU check catches it, notes the run as failed and goes on to the next."""
+
+
 def train_for(args: list[str], seconds: float, logdir: str, at: float = 0.0, call: Callable[[int], object] | None = None) -> list[dict[str, str]]:
     """Run `pronghorn train *args` from this checkout for `seconds`, stop it as Ctrl-C would; its metrics rows.
 
@@ -43,7 +48,7 @@ def train_for(args: list[str], seconds: float, logdir: str, at: float = 0.0, cal
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     if len(rows) < 4:
-        raise SystemExit(f"pronghorn logged too little to measure (exit {proc.returncode}):\n{err[-3000:]}")
+        raise TooLittleLogged(f"pronghorn logged too little to measure (exit {proc.returncode}):\n{err[-3000:]}")
     return rows
 
 
