@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import zipfile
 
 import torch
 
@@ -77,3 +78,56 @@ def test_a_run_that_logs_too_little_is_reported_and_the_others_still_run(monkeyp
         signal.signal(signal.SIGTERM, handler)
         torch.set_num_threads(threads)
     assert runs == ["shallow/actor"] and list(json.loads(capsys.readouterr().out)["end_to_end"]) == ["shallow/actor"]
+
+
+def _fake_envpool_wheel(path):
+    """A wheel laid out as envpool's: entry.py registers every family, each family's folder holds its module."""
+    files = {
+        "envpool/__init__.py": "import envpool.entry\n",
+        "envpool/entry.py": '"""Entry."""\n\nimport envpool.atari.registration  # noqa: F401\nimport envpool.box2d.registration  # noqa: F401\n'
+        "import envpool.classic_control.registration  # noqa: F401\nimport envpool.mujoco.dmc.registration  # noqa: F401\n",
+        "envpool/python/api.py": "API = 1\n",
+        "envpool/atari/__init__.py": "",
+        "envpool/atari/registration.py": "ATARI = 1\n",
+        "envpool/atari/atari_envpool.so": "\0" * 64,
+        "envpool/classic_control/__init__.py": "",
+        "envpool/classic_control/registration.py": "CLASSIC = 1\n",
+        "envpool/box2d/__init__.py": "from .box2d_envpool import X\n",
+        "envpool/box2d/registration.py": "BOX2D = 1\n",
+        "envpool/box2d/box2d_envpool.so": "\0" * 4096,
+        "envpool/mujoco/dmc/registration.py": "DMC = 1\n",
+        "envpool.libs/libEGL-1.so.1": "\0" * 4096,
+        "envpool-9.9.dist-info/METADATA": "Metadata-Version: 2.1\nName: envpool\nVersion: 9.9\n",
+        "envpool-9.9.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "envpool-9.9.dist-info/RECORD": "",
+    }
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+
+
+def test_the_gpu_kit_trims_envpool_to_atari_and_classic_control_and_pip_installs_it(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_kit", os.path.join(ROOT, "benchmarks", "gpu_kit.py"))
+    assert spec is not None and spec.loader is not None
+    gpu_kit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_kit)
+    wheel = tmp_path / "envpool-9.9-py3-none-any.whl"
+    _fake_envpool_wheel(wheel)
+    before, after = gpu_kit.trim(str(wheel))
+    assert after < before
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        entry = z.read("envpool/entry.py").decode()
+        record = z.read("envpool-9.9.dist-info/RECORD").decode().splitlines()
+    assert {"envpool/atari/atari_envpool.so", "envpool/classic_control/registration.py", "envpool/python/api.py"} <= names
+    assert not any(n.startswith(("envpool/box2d/", "envpool/mujoco/", "envpool.libs/")) for n in names)
+    assert "envpool.atari.registration" in entry and "envpool.classic_control.registration" in entry
+    assert "box2d" not in entry and "mujoco" not in entry
+    assert sorted(line.split(",")[0] for line in record) == sorted(names)  # every file listed once, nothing dropped listed
+    target = tmp_path / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(target), str(wheel)], capture_output=True, text=True
+    )
+    assert pip.returncode == 0, pip.stderr
+    check = subprocess.run([sys.executable, "-c", "import envpool.entry"], cwd=target, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr  # entry.py no longer imports a family that is gone
