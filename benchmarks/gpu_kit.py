@@ -5,7 +5,7 @@ A GPU machine's image often has Python, PyTorch and the scientific stack, but ne
 where pip can reach one: it downloads those wheels for the GPU machine's Python into a folder (default .whl/,
 which git ignores), at the versions this checkout's environment has (the ones the test suite ran with), and trims
 envpool's two wheels to Atari and classic control. Whole, they bundle every env family's compiled module and
-assets (about 64 and 62 MB); trimmed, the kit is about 10 MB.
+assets (53 and 62 MB for CPython 3.12); trimmed, the kit is about 10 MB.
 
   .venv/bin/python benchmarks/gpu_kit.py                          # for CPython 3.12, manylinux x86-64
   .venv/bin/python benchmarks/gpu_kit.py --python 3.11 --out /tmp/kit
@@ -110,7 +110,7 @@ def main() -> None:
         try:
             pins.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
-            pins.append(name)  # not in this environment (dm-tree): the newest
+            pins.append(name)  # not in this environment: the newest
     os.makedirs(args.out, exist_ok=True)
     for old in glob.glob(os.path.join(args.out, "*.whl")):
         os.remove(old)
@@ -126,8 +126,8 @@ def main() -> None:
                 before, after = trim(path)
                 print(f"  {base}: trimmed to {', '.join(KEEP_FAMILIES)}, {before / 1e6:.1f} -> {after / 1e6:.1f} MB")
             shutil.move(path, os.path.join(args.out, base))
-    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(args.out, "*.whl")))
-    print(f"{len(PACKAGES)} wheels, {total / 1e6:.1f} MB, in {args.out}")
+    wheels = glob.glob(os.path.join(args.out, "*.whl"))
+    print(f"{len(wheels)} wheels, {sum(map(os.path.getsize, wheels)) / 1e6:.1f} MB, in {args.out}")
 
 
 if __name__ == "__main__":
