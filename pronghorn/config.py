@@ -83,6 +83,7 @@ RESUMABLE_CHANGES = frozenset(
         "restart",
         "num_buffers",
         "actor_nice",
+        "pin_actors",
         "max_bad_updates",
         "max_env_failures",
         "max_actor_restarts",
@@ -149,6 +150,8 @@ class Config:
     """Shared-memory unroll slots (each holds one actor's --envs-per-actor unrolls); default: enough for two batches plus two per actor."""
     actor_nice: int | None = None
     """Niceness added to the actor processes (0-19; 0 keeps the learner's priority). Default 10 with --inference actor: the actors wait on the learner, so where they share cores it should run first (measured on 2 cores: CartPole E=256 kept the cores 96-97 % busy instead of 90-94 %, Pong 6 % faster). Default 0 with central inference: there the learner process waits on every actor's step, and Pong with an LSTM ran ~10 % slower at 10."""
+    pin_actors: Literal["auto", "on", "off"] = "auto"
+    """Pin actor i's process to one core: the i-th of the cores this run may use, counting round (the learner stays free to use any). `auto`: on where an actor's environments step on a worker thread of their own (Atari on ale-py's vector env or on envpool) and there are no more actors than cores: that thread and the actor's then hand each step to each other on one core (Pong on 2 cores: 1.12-1.15x the frames/s with the defaults, 1.00-1.11x in the other settings measured); off otherwise (CartPole's defaults ran 0.90-0.95x pinned). Linux only; local runtime only."""
 
     # --- learner -------------------------------------------------------------------------------
     total_frames: frame_count_flag("--total-frames") = 500_000  # type: ignore[valid-type]  # an Annotated type built per flag

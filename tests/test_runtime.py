@@ -363,3 +363,52 @@ def test_pronghorn_train_sets_openmp_s_policy_before_torch_loads():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     expected_deep = "deep True PASSIVE False" if (os.cpu_count() or 1) <= 3 else "deep False None False"
     assert proc.stdout.splitlines() == ["shallow False None False", expected_deep], proc.stderr
+
+
+def test_pin_actors_auto_pins_where_the_envs_step_on_a_worker_thread_and_never_more_actors_than_cores():
+    from pronghorn.runtime.tuning import actor_core
+
+    cores = sorted(os.sched_getaffinity(0))
+    pong, envpool, cartpole = Config(env="ALE/Pong-v5", num_actors=1), Config(env="ALE/Pong-v5", env_backend="envpool", num_actors=1), Config(num_actors=1)
+    assert pong.backend == "vector" and envpool.backend == "envpool" and cartpole.backend == "vector"
+    assert [actor_core(pong, i, ["ALE/Pong-v5"]) for i in range(3)] == [cores[i % len(cores)] for i in range(3)]
+    assert actor_core(envpool, 1, ["ALE/Pong-v5"]) == cores[1 % len(cores)]
+    assert actor_core(cartpole, 0, ["CartPole-v1"]) is None  # its vector env steps in the actor's own thread
+    assert actor_core(Config(env="ALE/Pong-v5", num_actors=len(cores) + 1), 0, ["ALE/Pong-v5"]) is None  # more actors than cores
+    assert actor_core(Config(env="ALE/Pong-v5", num_actors=1, pin_actors="off"), 0, ["ALE/Pong-v5"]) is None
+    assert actor_core(Config(num_actors=1, pin_actors="on"), 1, ["CartPole-v1"]) == cores[1 % len(cores)]
+
+
+def test_pinned_actor_processes_run_on_their_own_core_and_unpinned_ones_anywhere(tmp_path):
+    import signal
+    import subprocess
+
+    import psutil
+
+    from tests.helpers import ENV, train_command, worker_processes
+
+    cores = sorted(os.sched_getaffinity(0))
+    for mode, expected in (("on", lambda i: [cores[i % len(cores)]]), ("off", lambda i: cores)):
+        proc = subprocess.Popen(
+            train_command(tmp_path / mode, "--num-actors", "2", "--pin-actors", mode, "--total-frames", "100M"),
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        found: dict[int, list[int]] = {}
+        try:
+            deadline = time.monotonic() + 120
+            while len(found) < 2 and time.monotonic() < deadline and proc.poll() is None:
+                for p in worker_processes((proc.pid,)):
+                    try:
+                        title = p.cmdline()[0].split()[0]
+                        if title.startswith("pronghorn-actor-") and p.num_threads() >= 1:
+                            found[int(title.rsplit("-", 1)[1])] = sorted(p.cpu_affinity())
+                    except (psutil.NoSuchProcess, IndexError, ValueError):
+                        pass
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGTERM)  # as Ctrl-C: checkpoint, stop the actors, exit
+            proc.wait(timeout=120)
+        assert found == {i: expected(i) for i in range(2)}, mode
+    assert_no_leaks()

@@ -20,14 +20,14 @@ import traceback
 
 import torch
 
-from pronghorn.actor import actor_label
+from pronghorn.actor import actor_label, env_levels
 from pronghorn.config import Config, resolved
 from pronghorn.envs import EnvSpec
 from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.inference import InferenceServer, SharedMailbox
 from pronghorn.runtime.router import PipeSink, PipeSource, SlotRouter
 from pronghorn.runtime.shm import Counters, SlotArray, WeightStore, new_token, reap_orphaned_segments
-from pronghorn.runtime.tuning import limit_threads, lower_priority
+from pronghorn.runtime.tuning import actor_core, limit_threads, lower_priority, pin_to_core
 
 log = logging.getLogger("pronghorn.runtime")
 
@@ -57,6 +57,7 @@ def _actor_main(
     if os.getppid() != parent:
         return  # the parent died before the death signal was armed
     lower_priority(resolved(cfg.actor_nice, "actor_nice"))  # first: the threads started below inherit it
+    pin_to_core(actor_core(cfg, index, [cfg.level_names[lv] for lv in env_levels(cfg, index)]))  # inherited too, by the env's worker thread
     level = actor_label(cfg, index)
     try:
         import setproctitle
