@@ -114,8 +114,8 @@ def actor_core(cfg: Config, index: int, levels: Sequence[str]) -> int | None:
     Atari, envpool): unpinned, the scheduler wakes that thread on the other core at every step and the actor's
     thread waits for it there, each step's data crossing cores. Pinned, the two take turns on one core. Pong on
     2 cores (2026-12-06, README "Actors pinned to cores"): the defaults 1.12-1.15x the frames/s, two actors of 16
-    on envpool 1.05-1.12x; CartPole's defaults, whose vector env steps in the actor's own thread, 0.90-0.95x;
-    MinAtar in bfloat16 1.02-1.03x."""
+    on envpool 1.05-1.12x; Acrobot on envpool 1.00-1.05x; CartPole's defaults, whose vector env steps in the
+    actor's own thread, 0.90-0.95x; MinAtar in bfloat16 1.02-1.03x."""
     if cfg.pin_actors == "off" or not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
