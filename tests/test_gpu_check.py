@@ -40,6 +40,17 @@ def _load_gpu_check():
     return module
 
 
+def _main(gpu_check, monkeypatch, *argv: str) -> int:
+    """gpu_check.main() with these flags, in this process; its SIGTERM handler and torch's threads put back after."""
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", *argv])
+    handler, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
+    try:
+        return gpu_check.main()
+    finally:  # not for the rest of the suite
+        signal.signal(signal.SIGTERM, handler)
+        torch.set_num_threads(threads)
+
+
 def test_a_run_that_logs_too_little_is_reported_and_the_others_still_run(monkeypatch, capsys):
     gpu_check = _load_gpu_check()
     monkeypatch.setattr(gpu_check, "learner_and_staging", lambda model, device, seconds: {"model": model})
@@ -55,13 +66,7 @@ def test_a_run_that_logs_too_little_is_reported_and_the_others_still_run(monkeyp
         return [{"frames": str(1000 * i), "time": str(i), "policy_lag_mean": "1.5"} for i in range(8)]
 
     monkeypatch.setattr(gpu_check, "train_for", train_for)
-    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--seconds", "1"])
-    handler, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
-    try:
-        code = gpu_check.main()
-    finally:  # main() installs its SIGTERM handler and sets torch's threads: not for the rest of the suite
-        signal.signal(signal.SIGTERM, handler)
-        torch.set_num_threads(threads)
+    code = _main(gpu_check, monkeypatch, "--device", "cpu", "--seconds", "1")
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["complete"] is True
     assert runs == ["shallow/actor", "shallow/central", "deep/actor", "deep/central"]
@@ -70,13 +75,8 @@ def test_a_run_that_logs_too_little_is_reported_and_the_others_still_run(monkeyp
     assert failed["error"] == "pronghorn logged too little to measure (exit 1):"
     assert failed["log_tail"] == ["Traceback", "RuntimeError: CUDA out of memory"]
 
-    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--end-to-end", "shallow/actor"])
     runs.clear()
-    try:
-        assert gpu_check.main() == 0
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-        torch.set_num_threads(threads)
+    assert _main(gpu_check, monkeypatch, "--device", "cpu", "--end-to-end", "shallow/actor") == 0
     assert runs == ["shallow/actor"] and list(json.loads(capsys.readouterr().out)["end_to_end"]) == ["shallow/actor"]
 
 
