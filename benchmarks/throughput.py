@@ -14,6 +14,13 @@ down over the minutes of one setting moves both sides of the ratio alike (the tw
 Where the two differ by more than 1.5x, one of them is far off: the components are timed a third time
 and the limit takes each one's median of the three.
 
+With --interleave N the limit is timed between stretches of training instead (benchmarks/interleave.py):
+training runs as `pronghorn train` runs, in processes of its own, for --e2e-seconds in N + 1 windows; in each
+of the N pauses between them its processes are stopped and the components timed; frames/s counts the windows
+only, and the limit takes each component's mean over the pauses. The same work runs tens of percent faster or
+slower from one few-second stretch to the next on these machines, and this way the limit and the training
+sample the same stretches.
+
 Beside each ratio, the layout cap: the highest ratio pronghorn's threads allow with the same costs. Each actor
 steps and answers on one thread and the learner updates on its own (one, on 2 cores, but the deep ResNet's
 two), so training cannot pass actors / (env + inference) or learner threads / learner frames/s, whatever
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import csv
 import dataclasses
 import io
@@ -75,6 +83,7 @@ from pronghorn.records import Unroll, unroll_spec
 from pronghorn.runtime.tuning import learner_thread_count, limit_threads, tune_malloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interleave import interleaved
 from readme_table import write_table
 
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -217,57 +226,77 @@ def cpu_time_per(fn, units_per_call: int, min_seconds: float, warmup: int = 3) -
     return (time.process_time() - start_cpu) / (calls * units_per_call)
 
 
+class Components:
+    """A setting's three components, built once and timed as often as asked, in core-seconds per frame.
+
+    The first timing picks the fastest env stepper (or takes `stepper`); later ones time that stepper only.
+    Each timing starts the learner from the same weights and optimizer state, so every timing sees the same
+    numbers (a compiled learner compiles once, not once per timing)."""
+
+    def __init__(self, cfg: Config, stepper: str | None = None):
+        self.cfg, self.stepper = cfg, stepper
+        self.spec = spec = probe(cfg.env, cfg)
+        E, T, B = cfg.envs, resolved(cfg.unroll_length, "unroll_length"), resolved(cfg.batch_size, "batch_size")
+        self._frames_per_update = T * B * spec.frames_per_step
+        # Seeded, so the weights timed do not depend on what this process ran before: after the LSTM setting's
+        # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
+        # floats, at 9x its cost (docs/throughput_log.md, "Tables and rounds").
+        torch.manual_seed(0)
+        self.agent = agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
+        agent.eval()
+        self.acting = Acting(agent, E)  # the actors' own step (LocalPolicy.answer calls it); it reads the agent's weights
+        self._state = agent.initial_state(E)
+        layout = unroll_spec(T, B, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
+        g = torch.Generator().manual_seed(0)
+
+        def make(shape, dtype):
+            t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+            if t.dtype == torch.uint8:
+                t.random_(0, 255, generator=g)
+            elif t.is_floating_point():
+                t.normal_(generator=g)
+            return t
+
+        batch = Unroll(*(make(shape, dtype) for shape, dtype in layout))
+        self.batch = batch._replace(
+            action=batch.action.random_(0, spec.num_actions, generator=g), last_action=batch.last_action.zero_(), policy_version=batch.policy_version.zero_()
+        )
+        self.learner = Learner(cfg, agent, spec.frames_per_step)
+        self._start = copy.deepcopy(self.learner.state_dict())
+        self.learner.step(self.batch)  # a compiled learner compiles here, not in a timing (--interleave's pauses stay short)
+
+    def time(self, seconds: float) -> tuple[dict[str, float], str]:
+        """Core-seconds per frame of env stepping (the fastest stepper), inference and the learner; and the stepper."""
+        cfg, spec, E = self.cfg, self.spec, self.cfg.envs
+        env_costs, obs = stepper_costs(cfg, spec, seconds / 2, self.stepper)
+        fastest = min(env_costs, key=lambda k: env_costs[k])
+        if len(env_costs) > 1:
+            # The lowest of several noisy timings reads below its stepper's cost (the pick favours whichever
+            # timing ran lucky): the timing that picks the fastest stepper is not the one that prices it.
+            env_costs, _ = stepper_costs(cfg, spec, seconds / 2, fastest)
+        self.stepper = fastest
+        self.learner.load_state_dict(self._start)  # the weights below are those of every other timing
+        acting, state = self.acting, self._state
+        zeros_a, zeros_r, zeros_d = torch.zeros(E, dtype=torch.long), torch.zeros(E), torch.zeros(E, dtype=torch.bool)
+        level = torch.zeros(E, dtype=torch.int64)
+        draws = np.random.default_rng(0)
+        obs_np = obs.numpy()
+
+        def infer():  # as LocalPolicy.answer calls it: numpy in and out for the MLP; Acting enters inference mode itself where it helps
+            uniform = draws.random((E, 1), dtype=np.float32)
+            if acting.mode == "numpy":
+                acting.numpy_answer(obs_np, uniform)
+            else:
+                acting(obs, zeros_a, zeros_r, zeros_d, state, level, torch.from_numpy(uniform))
+
+        infer_cost = cpu_time_per(infer, E * spec.frames_per_step, seconds)
+        learn_cost = cpu_time_per(lambda: self.learner.step(self.batch), self._frames_per_update, seconds, warmup=2)
+        return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
+
+
 def measure_components(cfg: Config, seconds: float, stepper: str | None = None) -> tuple[dict[str, float], str]:
     """Core-seconds per frame of env stepping (the fastest stepper, or `stepper`), inference and the learner."""
-    spec = probe(cfg.env, cfg)
-    E, T, B, fps = cfg.envs, resolved(cfg.unroll_length, "unroll_length"), resolved(cfg.batch_size, "batch_size"), spec.frames_per_step
-    env_costs, obs = stepper_costs(cfg, spec, seconds / 2, stepper)
-    fastest = min(env_costs, key=lambda k: env_costs[k])
-    if len(env_costs) > 1:
-        # The lowest of several noisy timings reads below its stepper's cost (the pick favours whichever
-        # timing ran lucky): the timing that picks the fastest stepper is not the one that prices it.
-        env_costs, _ = stepper_costs(cfg, spec, seconds / 2, fastest)
-
-    # Seeded, so the weights timed do not depend on what this process ran before: after the LSTM setting's
-    # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
-    # floats, at 9x its cost (docs/throughput_log.md, "Tables and rounds").
-    torch.manual_seed(0)
-    agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
-    agent.eval()
-    acting = Acting(agent, E)  # the actors' own step (LocalPolicy.answer calls it)
-    state = agent.initial_state(E)
-    zeros_a, zeros_r, zeros_d = torch.zeros(E, dtype=torch.long), torch.zeros(E), torch.zeros(E, dtype=torch.bool)
-    level = torch.zeros(E, dtype=torch.int64)
-    draws = np.random.default_rng(0)
-    obs_np = obs.numpy()
-
-    def infer():  # as LocalPolicy.answer calls it: numpy in and out for the MLP; Acting enters inference mode itself where it helps
-        uniform = draws.random((E, 1), dtype=np.float32)
-        if acting.mode == "numpy":
-            acting.numpy_answer(obs_np, uniform)
-        else:
-            acting(obs, zeros_a, zeros_r, zeros_d, state, level, torch.from_numpy(uniform))
-
-    infer_cost = cpu_time_per(infer, E * fps, seconds)
-
-    layout = unroll_spec(T, B, spec.obs_shape, spec.obs_dtype, spec.num_actions, agent.core_size)
-    g = torch.Generator().manual_seed(0)
-
-    def make(shape, dtype):
-        t = torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
-        if t.dtype == torch.uint8:
-            t.random_(0, 255, generator=g)
-        elif t.is_floating_point():
-            t.normal_(generator=g)
-        return t
-
-    batch = Unroll(*(make(shape, dtype) for shape, dtype in layout))
-    batch = batch._replace(
-        action=batch.action.random_(0, spec.num_actions, generator=g), last_action=batch.last_action.zero_(), policy_version=batch.policy_version.zero_()
-    )
-    learner = Learner(cfg, agent, fps)
-    learn_cost = cpu_time_per(lambda: learner.step(batch), T * B * fps, seconds, warmup=2)
-    return {"env": env_costs[fastest], "inference": infer_cost, "learner": learn_cost}, fastest
+    return Components(cfg, stepper).time(seconds)
 
 
 def layout_cap(costs: dict[str, float], cfg: Config, cores: int) -> float:
@@ -401,10 +430,19 @@ def main() -> None:
         default=1,
         help="measure every setting this many times, in turns (each round runs every setting once); the table shows each setting's median round and every round's ratio",
     )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="N",
+        help="train in processes of its own and time the components in N pauses of that training (benchmarks/interleave.py), not before and after it; --e2e-seconds of training in N+1 windows",
+    )
     parser.add_argument("--readme", help="write the table between the throughput markers of this README")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats is {args.repeats}: use 1 or more rounds")
+    if args.interleave < 0 or (args.interleave and args.runtime == "ray"):
+        parser.error(f"--interleave is {args.interleave}: use 1 or more pauses, on the local runtime (0: time the limit before and after training)")
     if args.runtime == "ray":
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback, before Ray is imported
     cores = os.cpu_count() or 1
@@ -425,24 +463,34 @@ def main() -> None:
     def setting(name: str, **changes: Any) -> Config:
         return setting_config(name, args.num_actors, **changes)
 
+    def trained_in_turns(cfg: Config, components: Components) -> tuple[float, dict[str, float], str, str]:
+        """--interleave: frames/s over the windows of training, the components' mean cost over the pauses, the limits."""
+        fps, timings, stepper = interleaved(cfg, lambda: components.time(args.seconds), args.interleave, args.e2e_seconds / (args.interleave + 1))
+        costs = {k: sum(t[k] for t in timings) / len(timings) for k in timings[0]}
+        return fps, costs, "limits in the pauses " + " / ".join(f"{cores / sum(t.values()):,.0f}" for t in timings), stepper
+
     def measure(name: str, rnd: int) -> tuple[float, str]:
         """One round of one setting: prints its line, returns (ratio, table row)."""
         cfg = setting(name)
-        before, stepper = measure_components(cfg, args.seconds)
-        frames = int(cores / sum(before.values()) * args.e2e_seconds * 0.6)
-        measured = end_to_end(cfg, frames)
-        torch.set_num_threads(1)
-        after, _ = measure_components(cfg, args.seconds, stepper)
-        costs = {k: (before[k] + after[k]) / 2 for k in before}
-        before_sum, after_sum = sum(before.values()), sum(after.values())
-        limits = f"limit before {cores / before_sum:9,.0f}, after {cores / after_sum:9,.0f}"
-        if max(before_sum, after_sum) > _RETIME_ABOVE * min(before_sum, after_sum):
-            # One timing is far off (2026-12-05, before measure_components seeded its agent: the deep ResNet's
-            # update at 9x its cost on denormal floats, a ratio of 2.70): a third timing decides, each component
-            # its median of three.
-            third, _ = measure_components(cfg, args.seconds, stepper)
-            costs = {k: sorted((before[k], after[k], third[k]))[1] for k in before}
-            limits += f", again {cores / sum(third.values()):9,.0f} (median of three)"
+        components = Components(cfg)
+        if args.interleave:
+            measured, costs, limits, stepper = trained_in_turns(cfg, components)
+        else:
+            before, stepper = components.time(args.seconds)
+            frames = int(cores / sum(before.values()) * args.e2e_seconds * 0.6)
+            measured = end_to_end(cfg, frames)
+            torch.set_num_threads(1)
+            after, _ = components.time(args.seconds)
+            costs = {k: (before[k] + after[k]) / 2 for k in before}
+            before_sum, after_sum = sum(before.values()), sum(after.values())
+            limits = f"limit before {cores / before_sum:9,.0f}, after {cores / after_sum:9,.0f}"
+            if max(before_sum, after_sum) > _RETIME_ABOVE * min(before_sum, after_sum):
+                # One timing is far off (2026-12-05, before measure_components seeded its agent: the deep ResNet's
+                # update at 9x its cost on denormal floats, a ratio of 2.70): a third timing decides, each component
+                # its median of three.
+                third, _ = components.time(args.seconds)
+                costs = {k: sorted((before[k], after[k], third[k]))[1] for k in before}
+                limits += f", again {cores / sum(third.values()):9,.0f} (median of three)"
         limit = cores / sum(costs.values())
         cap = layout_cap(costs, cfg, cores)
         shape = (
@@ -459,18 +507,23 @@ def main() -> None:
         if args.inference == "both":
             other = "central" if cfg.inference == "actor" else "actor"
             alt_cfg = setting(name, inference=other)
-            alt = end_to_end(alt_cfg, frames)
-            torch.set_num_threads(1)
+            alt_limit = limit
+            if args.interleave:  # its own ratio: to the limit timed in its own pauses
+                alt, alt_costs, _, _ = trained_in_turns(alt_cfg, components)
+                alt_limit = cores / sum(alt_costs.values())
+            else:
+                alt = end_to_end(alt_cfg, frames)
+                torch.set_num_threads(1)
             alt_cap = layout_cap(costs, alt_cfg, cores)  # central: the server's one thread answers every actor
-            line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / limit:.2f}, layout cap {alt_cap:.2f}, {alt / measured:.2f}x the default)"
-            row += f" {other}: {alt:,.0f}, {alt / limit:.2f} (cap {alt_cap:.2f}) |"
+            line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / alt_limit:.2f}, layout cap {alt_cap:.2f}, {alt / measured:.2f}x the default)"
+            row += f" {other}: {alt:,.0f}, {alt / alt_limit:.2f} (cap {alt_cap:.2f}) |"
         if args.deterministic_cost:
-            lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), frames)
+            lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), int(limit * args.e2e_seconds * 0.6))
             torch.set_num_threads(1)
             line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
         print(line if args.repeats == 1 else f"round {rnd + 1}: {line}", flush=True)
         if args.runtime == "ray" and rnd == 0:
-            print(f"{name:22s} {ray_comparison(cfg, frames)}", flush=True)
+            print(f"{name:22s} {ray_comparison(cfg, int(limit * args.e2e_seconds * 0.6))}", flush=True)
         return measured / limit, row
 
     names = args.only or DEFAULT_SETTINGS
