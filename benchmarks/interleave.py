@@ -104,6 +104,13 @@ def _stop(proc: subprocess.Popen, timeout: float = 60.0) -> None:
     proc.wait()
 
 
+def _why(proc: subprocess.Popen, err: Any) -> str:
+    """The run's exit code (or that it is still running) and the last line it wrote to stderr."""
+    err.seek(0)
+    tail = err.read().strip().splitlines()[-1:] or ["no output"]
+    return f"{'exit code ' + str(proc.returncode) if proc.poll() is not None else 'still starting'}: {tail[0]}"
+
+
 def interleaved(
     cfg: Any,
     time_components: Callable[[], tuple[dict[str, float], str]],
@@ -133,11 +140,7 @@ def interleaved(
                 deadline = time.monotonic() + start_timeout
                 while len(read_rows(logdir)) < 2:
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        err.seek(0)
-                        tail = err.read().strip().splitlines()[-1:] or ["no output"]
-                        raise RuntimeError(
-                            f"training did not start ({'exit code ' + str(proc.returncode) if proc.poll() is not None else 'timed out'}): {tail[0]}"
-                        )
+                        raise RuntimeError(f"training did not start ({_why(proc, err)})")
                     time.sleep(0.2)
                 first = len(read_rows(logdir)) - 1
                 costs, stepper = [], ""
@@ -147,6 +150,8 @@ def interleaved(
                         timing, stepper = time_components()
                     costs.append(timing)
                 time.sleep(window_s)
+                if proc.poll() is not None:  # a run that ended early would leave windows without training in them
+                    raise RuntimeError(f"training stopped before its last window ({_why(proc, err)})")
             finally:
                 _stop(proc)
         frames, seconds = window_rate(read_rows(logdir)[first:], log_interval)

@@ -1,5 +1,7 @@
 """benchmarks/interleave.py: training paused while the component limit is timed, and frames/s over the windows only."""
 
+import os
+
 import psutil
 
 from pronghorn import Config
@@ -27,9 +29,13 @@ def test_components_are_timed_while_every_training_process_is_stopped():
     learners: set[int] = set()
 
     def time_components():
-        procs = psutil.Process().children(recursive=True)
+        # The run's processes: its learner, a child of this process, leads a session of its own (its process group
+        # id is its pid), and its actors are in it. Other children of this process (an earlier test's resource
+        # tracker) are not.
+        learner = next(p for p in psutil.Process().children() if os.getpgid(p.pid) == p.pid)
+        procs = [p for p in psutil.Process().children(recursive=True) if os.getpgid(p.pid) == learner.pid]
         seen.append(({p.pid for p in procs}, {p.status() for p in procs}))
-        learners.update(p.pid for p in psutil.Process().children())  # the training run's own process
+        learners.add(learner.pid)
         return {"env": 1.0, "inference": 2.0, "learner": 3.0}, "stepper"
 
     fps, costs, stepper = interleave.interleaved(cfg, time_components, pauses=2, window_s=2.5)
