@@ -165,14 +165,11 @@ def _run(config_path: str) -> int:
     sys.path.insert(0, ROOT)
     with open(config_path, "rb") as f:
         cfg = pickle.load(f)  # imports pronghorn.config, which does not load torch
-    from pronghorn.runtime.tuning import quiet_openmp
+    from pronghorn.cli import prepare_learner_process
 
-    quiet_openmp(cfg, os.cpu_count() or 1)  # before torch loads, as the CLI does
-    from pronghorn.runtime import tune_learner_process
+    prepare_learner_process(cfg)  # before torch loads; SIGTERM then stops training as Ctrl-C does
     from pronghorn.training import train
 
-    tune_learner_process()
-    signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))  # stops as Ctrl-C does
     train(cfg)
     return 0
 

@@ -242,7 +242,7 @@ class Components:
         # runs, the deep ResNet's weights from torch's global random state made its update compute on denormal
         # floats, at 9x its cost (docs/throughput_log.md, "Tables and rounds").
         torch.manual_seed(0)
-        self.agent = agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
+        agent = build_agent(cfg, spec.obs_shape, spec.num_actions)
         agent.eval()
         self.acting = Acting(agent, E)  # the actors' own step (LocalPolicy.answer calls it); it reads the agent's weights
         self._state = agent.initial_state(E)
@@ -492,6 +492,7 @@ def main() -> None:
                 costs = {k: sorted((before[k], after[k], third[k]))[1] for k in before}
                 limits += f", again {cores / sum(third.values()):9,.0f} (median of three)"
         limit = cores / sum(costs.values())
+        budget = int(limit * args.e2e_seconds * 0.6)  # frames for the runs below: about --e2e-seconds each
         cap = layout_cap(costs, cfg, cores)
         shape = (
             f"A={cfg.num_actors} E={cfg.envs} T={cfg.unroll_length} B={cfg.batch_size}, {cfg.inference} inference"
@@ -518,12 +519,12 @@ def main() -> None:
             line += f" | {other} inference {alt:9,.0f} fps (ratio {alt / alt_limit:.2f}, layout cap {alt_cap:.2f}, {alt / measured:.2f}x the default)"
             row += f" {other}: {alt:,.0f}, {alt / alt_limit:.2f} (cap {alt_cap:.2f}) |"
         if args.deterministic_cost:
-            lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), int(limit * args.e2e_seconds * 0.6))
+            lockstep = end_to_end(setting(name, deterministic=True, inference="actor"), budget)
             torch.set_num_threads(1)
             line += f" | --deterministic {lockstep:9,.0f} fps ({lockstep / measured:.2f}x)"
         print(line if args.repeats == 1 else f"round {rnd + 1}: {line}", flush=True)
         if args.runtime == "ray" and rnd == 0:
-            print(f"{name:22s} {ray_comparison(cfg, int(limit * args.e2e_seconds * 0.6))}", flush=True)
+            print(f"{name:22s} {ray_comparison(cfg, budget)}", flush=True)
         return measured / limit, row
 
     names = args.only or DEFAULT_SETTINGS

@@ -55,21 +55,29 @@ def parse_config(argv: Sequence[str], prog: str = "pronghorn train"):
         fail(f"{_one_line(captured.getvalue())} (see `{prog} --help`)")
 
 
-def cmd_train(argv: Sequence[str]) -> int:
-    cfg = parse_config(argv)  # before torch is imported: a bad flag is answered in a fraction of a second
+def prepare_learner_process(cfg) -> None:
+    """What `pronghorn train` does to its process before `train(cfg)` (benchmarks/interleave.py's training process
+    does the same). Call it before torch is imported: OpenMP reads its wait policy when torch loads it."""
     from pronghorn.runtime.tuning import quiet_openmp
 
-    quiet_openmp(cfg, os.cpu_count() or 1)  # also before torch: its OpenMP reads the setting when it loads
-
-    from pronghorn.checkpoint import CheckpointError
-    from pronghorn.config import ConfigError
-    from pronghorn.logs import LogWriteError
-    from pronghorn.runtime import WorkerError, tune_learner_process
-    from pronghorn.training import NonFiniteError, train
+    quiet_openmp(cfg, os.cpu_count() or 1)
+    from pronghorn.runtime import tune_learner_process
 
     tune_learner_process()
     # SIGTERM (a scheduler, `kill`) stops training like Ctrl-C: checkpoint, stop actors, exit.
     signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+
+def cmd_train(argv: Sequence[str]) -> int:
+    cfg = parse_config(argv)  # before torch is imported: a bad flag is answered in a fraction of a second
+    prepare_learner_process(cfg)  # also before torch
+
+    from pronghorn.checkpoint import CheckpointError
+    from pronghorn.config import ConfigError
+    from pronghorn.logs import LogWriteError
+    from pronghorn.runtime import WorkerError
+    from pronghorn.training import NonFiniteError, train
+
     try:
         result = train(cfg)
     except ConfigError as exc:

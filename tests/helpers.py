@@ -6,6 +6,7 @@ this process or one of `owners` (segments are named pronghorn-<creator pid>-...)
 """
 
 import csv
+import importlib.util
 import os
 import sys
 import time
@@ -140,3 +141,13 @@ def read_wandb_records(path):
         record.ParseFromString(item)
         records.append(record)
     return records
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (benchmarks/ is not a package)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "benchmarks", f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,6 +1,5 @@
 """benchmarks/gpu_check.py: the one script a lent GPU runs, checked here on CPU so that it works when it gets there."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -10,7 +9,7 @@ import zipfile
 
 import torch
 
-from tests.helpers import assert_no_leaks
+from tests.helpers import assert_no_leaks, load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.py")
@@ -32,15 +31,6 @@ def test_gpu_check_measures_the_learner_staging_and_envpool_on_cpu():
     assert_no_leaks()
 
 
-def _load_benchmark(name: str):
-    """benchmarks/NAME.py as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _main(gpu_check, monkeypatch, *argv: str) -> int:
     """gpu_check.main() with these flags, in this process; its SIGTERM handler and torch's threads put back after."""
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", *argv])
@@ -53,7 +43,7 @@ def _main(gpu_check, monkeypatch, *argv: str) -> int:
 
 
 def test_a_run_that_logs_too_little_is_reported_and_the_others_still_run(monkeypatch, capsys):
-    gpu_check = _load_benchmark("gpu_check")
+    gpu_check = load_benchmark("gpu_check")
     monkeypatch.setattr(gpu_check, "learner_and_staging", lambda model, device, seconds: {"model": model})
     monkeypatch.setattr(gpu_check, "envpool_raw", lambda seconds: {"frames_per_s": 1})
     runs = []
@@ -108,7 +98,7 @@ def _fake_envpool_wheel(path):
 
 
 def test_the_gpu_kit_trims_envpool_to_atari_and_classic_control_and_pip_installs_it(tmp_path):
-    gpu_kit = _load_benchmark("gpu_kit")
+    gpu_kit = load_benchmark("gpu_kit")
     wheel = tmp_path / "envpool-9.9-py3-none-any.whl"
     _fake_envpool_wheel(wheel)
     before, after = gpu_kit.trim(str(wheel))

@@ -5,10 +5,9 @@ import os
 import psutil
 
 from pronghorn import Config
-from tests.helpers import assert_no_leaks
-from tests.test_gpu_check import _load_benchmark
+from tests.helpers import assert_no_leaks, load_benchmark
 
-interleave = _load_benchmark("interleave")
+interleave = load_benchmark("interleave")
 
 
 def _row(frames: float, time: float) -> dict[str, str]:
