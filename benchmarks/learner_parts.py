@@ -3,6 +3,8 @@
   .venv/bin/python benchmarks/learner_parts.py                                   # CartPole, the defaults
   .venv/bin/python benchmarks/learner_parts.py --frames 2000000 -- --num-actors 1
   .venv/bin/python benchmarks/learner_parts.py --frames 500000 -- --env MinAtar/Breakout-v0
+  .venv/bin/python benchmarks/learner_parts.py --skip 300 --frames 30000000 -- --num-actors 1 --envs-per-actor 512
+      --batch-size 512 --learner-precision bf16 --compile-learner      # CartPole's best, compiling left out
 
 Runs `pronghorn train` in this process (actors in their own, as always) with timers around the learner
 thread's parts: the update (`Learner.step`), taking the next batch (`Staging.next`: mostly waiting for
@@ -13,7 +15,8 @@ switches. The update's CPU time can be set beside `benchmarks/throughput.py`'s l
 same update alone, back to back on an idle core), but on the 2-core development machine that update alone
 differed by up to 1.7x from one process to the next (docs/throughput_log.md, "Where the defaults' learner time goes"):
 compare several runs of each, not one.
-The run stops at --frames, not at the env's reward threshold.
+The run stops at --frames, not at the env's reward threshold. --skip N leaves out the first N updates and the
+time before the end of the Nth (start-up; a compiled learner compiles in its second update, for 5-30 s).
 """
 
 from __future__ import annotations
@@ -37,6 +40,17 @@ from pronghorn.staging import Staging
 cpu: collections.Counter[str] = collections.Counter()
 wall: collections.Counter[str] = collections.Counter()
 calls: collections.Counter[str] = collections.Counter()
+collections_by_gen: collections.Counter[int] = collections.Counter()
+gc_cpu = [0.0, 0.0]  # start of the running collection, total
+skip = [0]  # updates left to leave out (start-up: a compiled learner compiles in its second update)
+start = [0.0, 0.0]  # the learner thread's CPU time and the wall time where counting began
+
+
+def restart_counts() -> None:
+    for counter in (cpu, wall, calls, collections_by_gen):
+        counter.clear()
+    gc_cpu[1] = 0.0
+    start[:] = [time.thread_time(), time.perf_counter()]
 
 
 def timed(owner: Any, name: str, key: str) -> None:
@@ -51,6 +65,9 @@ def timed(owner: Any, name: str, key: str) -> None:
             cpu[key] += time.thread_time() - c0
             wall[key] += time.perf_counter() - w0
             calls[key] += 1
+            if key == "update" and skip[0] and calls[key] == skip[0]:
+                skip[0] = 0
+                restart_counts()
 
     setattr(owner, name, wrapper)
 
@@ -59,6 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--frames", type=int, default=3_000_000, help="frames to train (the run's --total-frames)")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first SKIP updates (start-up, compilation)")
     parser.add_argument("train_args", nargs="*", help="more `pronghorn train` flags, after --")
     args = parser.parse_args()
 
@@ -66,8 +84,7 @@ def main() -> None:
     timed(Staging, "next", "next batch")
     timed(WeightStore, "publish", "publish weights")
     timed(training, "finished_episodes", "finished games")
-    collections_by_gen: collections.Counter[int] = collections.Counter()
-    gc_cpu = [0.0, 0.0]  # start of the running collection, total
+    skip[0] = args.skip
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -80,16 +97,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logdir:
         argv = ["train", "--env", args.env, "--total-frames", str(args.frames), "--stop-at-return", "1e12"]
         argv += ["--logdir", logdir, "--no-progress", *args.train_args]
-        c0, w0 = time.thread_time(), time.perf_counter()
+        restart_counts()
         code = cli.main(argv)
-        thread_cpu, elapsed = time.thread_time() - c0, time.perf_counter() - w0
+        thread_cpu, elapsed = time.thread_time() - start[0], time.perf_counter() - start[1]
     if code or not calls["update"]:
         sys.exit(code or 1)
     n = calls["update"]
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(
-        f"\n{n} updates in {elapsed:.1f} s; the learner thread (start-up included): {thread_cpu / n * 1e6:,.0f} us CPU per update, {elapsed / n * 1e6:,.0f} us wall"
-    )
+    counted = f"after the first {args.skip} updates" if args.skip else "start-up included"
+    print(f"\n{n} updates in {elapsed:.1f} s; the learner thread ({counted}): {thread_cpu / n * 1e6:,.0f} us CPU per update, {elapsed / n * 1e6:,.0f} us wall")
     for key in ("update", "next batch", "publish weights", "finished games"):
         k = max(calls[key], 1)
         print(f"  {key:16s} {cpu[key] / k * 1e6:8,.0f} us CPU  {wall[key] / k * 1e6:8,.0f} us wall  per call ({calls[key]} calls)")

@@ -159,6 +159,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # 2026-12-06, five rounds: 0.83 / 0.87 / 0.83 / 0.81 / 0.84 of the limit at 73-76K frames/s, against the best's
     # 0.80 / 0.85 / 0.83 / 0.85 / 0.77 at 55-61K (README, "MinAtar's best in bfloat16").
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
+    # The same with each actor pinned to a core (README "Actors pinned to cores": closer to the limit than unpinned in
+    # six alternated rounds of six, where MinAtar's defaults pinned were further in three of three). Not the
+    # default for MinAtar: `auto` leaves envs that step on the actor's own thread unpinned.
+    "minatar-breakout-best-bf16-pinned": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16", pin_actors="on"),
     # Around it in bfloat16 (2026-12-06, README "MinAtar's best in bfloat16"): none closer or faster in the same runs.
     "minatar-breakout-2x48-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=48, batch_size=48, learner_precision="bf16"),
     "minatar-breakout-2x96-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=96, batch_size=96, learner_precision="bf16"),
@@ -543,7 +547,12 @@ def main() -> None:
             "throughput",
             "benchmarks/throughput.py",
             table,
-            "" if args.repeats == 1 else f", {args.repeats} rounds in turns, each row the median round",
+            ("" if args.repeats == 1 else f", {args.repeats} rounds, the settings in turn, each row the median round")
+            + (
+                f", the limit timed in {args.interleave} pauses of each run (--interleave {args.interleave})"
+                if args.interleave
+                else ", the limit timed before and after each run"
+            ),
         )
 
 
