@@ -3,7 +3,9 @@ with one line that names the flag and says how to fix it (the CLI prints it and 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+import dataclasses
+import typing
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 if TYPE_CHECKING:
     from pronghorn.config import Config
@@ -33,8 +35,31 @@ def resolved(value: _T | None, name: str) -> _T:
     return value
 
 
+_CHOICES: dict[type, dict[str, tuple[object, ...]]] = {}
+
+
+def choices(config_type: type) -> dict[str, tuple[object, ...]]:
+    """Each field typed `Literal[...]` (or `Literal[...] | None`) and the values it allows."""
+    if config_type in _CHOICES:  # resolving the hints costs more than the rest of check(); every Config pays it once
+        return _CHOICES[config_type]
+    hints = typing.get_type_hints(config_type)
+    allowed = {}
+    for field in dataclasses.fields(config_type):
+        hint = hints[field.name]
+        literals = [hint] if typing.get_origin(hint) is Literal else [a for a in typing.get_args(hint) if typing.get_origin(a) is Literal]
+        if literals:
+            allowed[field.name] = tuple(v for lit in literals for v in typing.get_args(lit)) + ((None,) if type(None) in typing.get_args(hint) else ())
+    _CHOICES[config_type] = allowed
+    return allowed
+
+
 def check(cfg: Config) -> None:
     """Every check of a whole config (Config.__post_init__ runs it)."""
+    # The CLI refuses a value outside a Literal's choices; a Config built in Python (or from a saved run's JSON)
+    # does not pass through it, and a misspelt choice would otherwise act as some other branch's default.
+    for name, allowed in choices(type(cfg)).items():
+        value = getattr(cfg, name)
+        need(value in allowed, f"--{name.replace('_', '-')} is {value!r}: choose one of {', '.join(str(v) for v in allowed if v is not None)}")
     need(bool(cfg.env.strip()), "--env is empty: give a Gymnasium id such as CartPole-v1 or ALE/Pong-v5")
     if cfg.levels is not None:
         check_levels(cfg)
