@@ -8,10 +8,12 @@
 
 Runs `pronghorn train` in this process (actors in their own, as always) with timers around the learner
 thread's parts: the update (`Learner.step`), taking the next batch (`Staging.next`: mostly waiting for
-actors on CPU), publishing the weights and reading the batch's finished games. It prints, per update, the
-thread's CPU time (time.thread_time: what the part cost) and wall time (what it took, waits and
-preemption included), Python's garbage collections and their CPU time, and the process's context
-switches. The update's CPU time can be set beside `benchmarks/throughput.py`'s learner component (the
+actors on CPU), publishing the weights, reading the batch's finished games, logging them, adding them to the
+recent returns and summing the update's metrics. It prints, per update, the thread's CPU time
+(time.thread_time: what the part cost) and wall time (what it took, waits and preemption included),
+Python's garbage collections and their CPU time, the rest of the loop's CPU time (metrics rows,
+checkpoints, the loop itself; counted to the end of the last timed part, so the run's shutdown, its final
+checkpoint and curve, is left out) and the process's context switches. The update's CPU time can be set beside `benchmarks/throughput.py`'s learner component (the
 same update alone, back to back on an idle core), but on the 2-core development machine that update alone
 differed by up to 1.7x from one process to the next (docs/throughput_log.md, "Where the defaults' learner time goes"):
 compare several runs of each, not one.
@@ -27,6 +29,7 @@ import gc
 import resource
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,22 +37,25 @@ from typing import Any
 import pronghorn.cli as cli
 import pronghorn.training as training
 from pronghorn.learner import Learner
+from pronghorn.logs import Logger
 from pronghorn.runtime.shm import WeightStore
 from pronghorn.staging import Staging
+from pronghorn.stats import LevelStats
 
 cpu: collections.Counter[str] = collections.Counter()
 wall: collections.Counter[str] = collections.Counter()
 calls: collections.Counter[str] = collections.Counter()
-collections_by_gen: collections.Counter[int] = collections.Counter()
-gc_cpu = [0.0, 0.0]  # start of the running collection, total
+gc_start = [0.0]  # the running collection's start (thread CPU time)
+gc_runs: list[tuple[float, int, float]] = []  # each collection: its end (wall), generation, CPU seconds
 skip = [0]  # updates left to leave out (start-up: a compiled learner compiles in its second update)
 start = [0.0, 0.0]  # the learner thread's CPU time and the wall time where counting began
+end = [0.0, 0.0]  # the same at the end of the last timed part: the run's shutdown (final checkpoint, curve) is left out
 
 
 def restart_counts() -> None:
-    for counter in (cpu, wall, calls, collections_by_gen):
+    for counter in (cpu, wall, calls):
         counter.clear()
-    gc_cpu[1] = 0.0
+    gc_runs.clear()
     start[:] = [time.thread_time(), time.perf_counter()]
 
 
@@ -65,6 +71,7 @@ def timed(owner: Any, name: str, key: str) -> None:
             cpu[key] += time.thread_time() - c0
             wall[key] += time.perf_counter() - w0
             calls[key] += 1
+            end[:] = [time.thread_time(), time.perf_counter()]
             if key == "update" and skip[0] and calls[key] == skip[0]:
                 skip[0] = 0
                 restart_counts()
@@ -84,14 +91,16 @@ def main() -> None:
     timed(Staging, "next", "next batch")
     timed(WeightStore, "publish", "publish weights")
     timed(training, "finished_episodes", "finished games")
+    timed(Logger, "episodes", "log games")
+    timed(LevelStats, "add", "game stats")
+    timed(training._Interval, "add", "metrics sums")
     skip[0] = args.skip
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            gc_cpu[0] = time.thread_time()
-        else:
-            gc_cpu[1] += time.thread_time() - gc_cpu[0]
-            collections_by_gen[info["generation"]] += 1
+            gc_start[0] = time.thread_time()
+        elif threading.current_thread() is threading.main_thread():  # the learner thread's, not a helper thread's
+            gc_runs.append((time.perf_counter(), info["generation"], time.thread_time() - gc_start[0]))
 
     gc.callbacks.append(on_gc)
     with tempfile.TemporaryDirectory() as logdir:
@@ -99,17 +108,25 @@ def main() -> None:
         argv += ["--logdir", logdir, "--no-progress", *args.train_args]
         restart_counts()
         code = cli.main(argv)
-        thread_cpu, elapsed = time.thread_time() - start[0], time.perf_counter() - start[1]
+        thread_cpu, elapsed = end[0] - start[0], end[1] - start[1]
     if code or not calls["update"]:
         sys.exit(code or 1)
     n = calls["update"]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     counted = f"after the first {args.skip} updates" if args.skip else "start-up included"
     print(f"\n{n} updates in {elapsed:.1f} s; the learner thread ({counted}): {thread_cpu / n * 1e6:,.0f} us CPU per update, {elapsed / n * 1e6:,.0f} us wall")
-    for key in ("update", "next batch", "publish weights", "finished games"):
+    parts = ("update", "next batch", "publish weights", "finished games", "log games", "game stats", "metrics sums")
+    for key in parts:
         k = max(calls[key], 1)
         print(f"  {key:16s} {cpu[key] / k * 1e6:8,.0f} us CPU  {wall[key] / k * 1e6:8,.0f} us wall  per call ({calls[key]} calls)")
-    print(f"  garbage collections {dict(sorted(collections_by_gen.items()))}: {gc_cpu[1] / n * 1e6:,.0f} us CPU per update")
+    # Those before the last timed part ended: the shutdown's (its curve, its final checkpoint) are not the loop's.
+    in_loop = [(generation, seconds) for at, generation, seconds in gc_runs if at <= end[1]]
+    by_generation = collections.Counter(generation for generation, _ in in_loop)
+    gc_cpu = sum(seconds for _, seconds in in_loop)
+    print(f"  garbage collections {dict(sorted(by_generation.items()))}: {gc_cpu / n * 1e6:,.0f} us CPU per update")
+    # A collection can run inside a timed part, so the rest may read a little low.
+    rest = thread_cpu - sum(cpu[key] for key in parts) - gc_cpu
+    print(f"  the rest           {rest / n * 1e6:8,.0f} us CPU per update (the loop itself, metrics rows, checkpoints)")
     print(f"  context switches per update: {usage.ru_nvcsw / n:.2f} voluntary, {usage.ru_nivcsw / n:.2f} involuntary")
 
 
