@@ -63,6 +63,25 @@ def train_command(logdir, *flags) -> list[str]:
     return CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags]
 
 
+def start_training(logdir, *flags, env=None, **popen):
+    """`pronghorn train` (`train_command`) in a child process, its output piped as text; popen: more Popen arguments."""
+    import subprocess
+
+    return subprocess.Popen(train_command(logdir, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or ENV, **popen)
+
+
+def wait_for_file(path, proc, timeout: float = 120.0) -> None:
+    """Until `path` exists (a run's metrics.csv: its first row is written, it is training). Fails the test, with
+    the end of the run's stderr, if `proc` exits first or the file is not there within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            err = proc.communicate()[1] or ""
+            raise AssertionError(f"the run exited with {proc.returncode} before {path} appeared: {str(err)[-2000:]}")
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout:.0f} s"
+        time.sleep(0.2)
+
+
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

@@ -15,7 +15,7 @@ from pronghorn.config import Config
 from pronghorn.learner import Learner
 from pronghorn.logs import trim_csv
 from pronghorn.models import Agent
-from tests.helpers import ENV, assert_no_leaks, read_csv, synthetic_batches, train_command
+from tests.helpers import ENV, assert_no_leaks, read_csv, start_training, synthetic_batches, train_command, wait_for_file
 
 
 def _learner(cfg):
@@ -159,17 +159,9 @@ def test_sigkill_of_the_whole_group_then_the_same_command_resumes_and_reaches_th
 @pytest.mark.serial  # a wall-clock bound
 def test_sigterm_checkpoints_and_exits_within_10_seconds(tmp_path):
     logdir = tmp_path / "terminated"
-    proc = subprocess.Popen(
-        train_command(logdir, "--total-frames", "100M", "--stop-at-return", "1e9"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    proc = start_training(logdir, "--total-frames", "100M", "--stop-at-return", "1e9")
     try:
-        deadline = time.monotonic() + 120
-        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_file(logdir / "metrics.csv", proc)
         time.sleep(1.0)
         assert not glob.glob(str(logdir / "checkpoints" / "ckpt-*.pt"))  # none yet: --checkpoint-secs is 600
         sent = time.monotonic()
@@ -272,19 +264,12 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
     import shutil
 
     logdir = tmp_path / "doomed"
-    proc = subprocess.Popen(
-        train_command(logdir, "--checkpoint-secs", "1", "--total-frames", "100M", "--stop-at-return", "1e9"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    proc = start_training(logdir, "--checkpoint-secs", "1", "--total-frames", "100M", "--stop-at-return", "1e9")
     try:
-        deadline = time.monotonic() + 120
-        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_file(logdir / "metrics.csv", proc)
         # The run keeps creating files (episodes.csv, checkpoint temporaries) while rmtree walks the folder,
         # so one pass can fail with "Directory not empty"; repeat as `rm -rf` would have to.
+        deadline = time.monotonic() + 60
         while logdir.exists() and time.monotonic() < deadline:
             shutil.rmtree(logdir, ignore_errors=True)
         assert not logdir.exists(), "could not remove the logdir"

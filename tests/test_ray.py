@@ -16,7 +16,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported 
 import psutil
 import pytest
 
-from tests.helpers import CLI, ENV, assert_no_leaks, pronghorn_segments, read_csv
+from tests.helpers import CLI, ENV, assert_no_leaks, pronghorn_segments, read_csv, wait_for_file
 
 RAY_ENV = {**ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 ACTOR_LINE = re.compile(r"actor (\d+) \(CartPole-v1\) pid (\d+) on node (\w+) at ([\d.]+)")
@@ -142,9 +142,7 @@ def _train_and_disturb(cluster, logdir, disturb, frames="2M"):
     command += ["--total-frames", frames, "--stop-at-return", "1e9"]
     proc = subprocess.Popen(CLI + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV)
     try:
-        deadline = time.monotonic() + 120
-        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_file(logdir / "metrics.csv", proc)
         result = disturb()
         out, err = proc.communicate(timeout=300)
     finally:

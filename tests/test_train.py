@@ -11,7 +11,7 @@ import time
 import pytest
 
 import pronghorn
-from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, run_cli
+from tests.helpers import CLI, ENV, assert_no_leaks, read_csv, run_cli, start_training, wait_for_file
 
 
 def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):
@@ -59,21 +59,19 @@ def test_train_writes_every_log_and_leaves_nothing_behind(tmp_path):
 
 def test_ctrl_c_stops_every_process_and_completes_the_files(tmp_path):
     logdir = tmp_path / "interrupted"
-    proc = subprocess.Popen(
-        CLI + ["train", "--total-frames", "100M", "--logdir", str(logdir), "--log-interval", "0.5", "--no-progress", "--stop-at-return", "1e9"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
+    proc = start_training(
+        logdir,
+        "--total-frames",
+        "100M",
+        "--stop-at-return",
+        "1e9",
         start_new_session=True,
         # A suite launched in the background (`cmd &` in a script) hands its children SIGINT ignored, and Python
         # then installs no KeyboardInterrupt handler: give the child the terminal's default, as a foreground run has.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_file(logdir / "metrics.csv", proc)
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole foreground group
         try:

@@ -4,7 +4,6 @@ The learner killed and resumed is tested in tests/test_checkpoint.py (SIGKILL of
 
 import os
 import signal
-import subprocess
 import time
 
 import psutil
@@ -13,7 +12,7 @@ from pronghorn.config import Config
 from pronghorn.envs import probe
 from pronghorn.models import Agent
 from pronghorn.runtime import LocalRuntime
-from tests.helpers import ENV, assert_no_leaks, read_csv, run_cli, train_command
+from tests.helpers import assert_no_leaks, read_csv, run_cli, start_training, wait_for_file
 
 
 def test_killed_actor_is_replaced_and_its_slots_reclaimed():
@@ -74,17 +73,10 @@ def _actor_pids(parent: int, timeout: float = 30.0) -> list[int]:
 
 def test_training_survives_sigkill_of_an_actor_and_counts_the_restart(tmp_path):
     logdir = tmp_path / "survivor"
-    proc = subprocess.Popen(
-        train_command(logdir, "--total-frames", "150k", "--stop-at-return", "1e9"),  # survival is the point here, not how fast CartPole is solved
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    # A frame budget: survival is the point here, not how fast CartPole is solved.
+    proc = start_training(logdir, "--total-frames", "150k", "--stop-at-return", "1e9")
     try:
-        deadline = time.monotonic() + 120
-        while not (logdir / "metrics.csv").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_file(logdir / "metrics.csv", proc)
         pids = _actor_pids(proc.pid)
         assert pids, "actor 0 not found by its process title"
         os.kill(pids[0], signal.SIGKILL)
