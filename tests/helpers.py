@@ -63,11 +63,11 @@ def train_command(logdir, *flags) -> list[str]:
     return CLI + ["train", "--logdir", str(logdir), "--no-progress", "--log-interval", "0.5", *flags]
 
 
-def start_training(logdir, *flags, env=None, **popen):
+def start_training(logdir, *flags, **popen):
     """`pronghorn train` (`train_command`) in a child process, its output piped as text; popen: more Popen arguments."""
     import subprocess
 
-    return subprocess.Popen(train_command(logdir, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or ENV, **popen)
+    return subprocess.Popen(train_command(logdir, *flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, **popen)
 
 
 def wait_for_file(path, proc, timeout: float = 120.0) -> None:
