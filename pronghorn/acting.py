@@ -177,8 +177,9 @@ class Acting:
         """The small-grid CNN's step: its torso, then both heads in one product; cut rows' final_obs ride along."""
         b = obs.shape[0]
         x = self.agent.torso(obs if final_obs is None else torch.cat([obs, final_obs]))  # a convolution and one product
-        # Both heads in one product, as in Agent.logits_and_values (same operands, so the same results). The
-        # weights are concatenated at every call, so newly loaded ones are always the ones used.
+        # Both heads in one product, with the operands of Agent.logits_and_values (which writes them action-major
+        # on CPU, [A+1, N]: the same values up to the products' rounding). The weights are concatenated at every
+        # call, so newly loaded ones are always the ones used.
         weights, biases = self._head_parts
         torch.cat(weights, out=self._head_weight)
         torch.cat(biases, out=self._head_bias)

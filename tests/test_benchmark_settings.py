@@ -12,3 +12,22 @@ def test_every_throughput_setting_is_a_valid_config():
         assert cfg.env == fields["env"], name
         if name.endswith("-pinned"):
             assert cfg.pin_actors == "on", name  # the row exists to time the pinned placement against `auto`
+
+
+def test_learner_layouts_times_every_variant_and_refuses_a_compiled_setting():
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "learner_layouts.py")
+    run = subprocess.run(
+        [sys.executable, script, "--part", "update", "--only", "cartpole", "--rounds", "1", "--updates", "2"], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    row = [line for line in run.stdout.splitlines() if line.startswith("| cartpole (2) |")]
+    assert len(row) == 1
+    cells = row[0].split("|")[2:-1]  # the four variants: median (lowest) ms per update
+    assert len(cells) == 4 and all(re.fullmatch(r" \d+\.\d\d \(\d+\.\d\d\) ", cell) for cell in cells), row
+    refused = subprocess.run([sys.executable, script, "--only", "cartpole-best-bf16-compiled"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "choose a setting without -compiled" in refused.stderr and "Traceback" not in refused.stderr

@@ -184,3 +184,62 @@ def test_an_actor_s_step_converts_only_the_deep_torso_to_channels_last():
         assert _conv_layout(x, always=False) is x  # shallow, Nature: the conversion costs more than it saves
         assert _conv_layout(x, always=True).is_contiguous(memory_format=torch.channels_last)
     assert _conv_layout(x, always=False).is_contiguous(memory_format=torch.channels_last)  # a backward follows
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_action_major_heads_give_the_row_major_outputs_and_gradients(bf16, monkeypatch):
+    # models.both_heads writes the heads' product [A+1, N] on CPU; the logits are a transposed view. Outputs and
+    # every gradient must be those of the row-major product it replaced, in fp32 and under the bf16 learner's autocast.
+    import torch.nn.functional as F
+
+    from pronghorn import models
+
+    def row_major(x, weight, bias):
+        both = F.linear(x, weight, bias)
+        return both[:, :-1], both[:, -1]
+
+    torch.manual_seed(0)
+    agent = Agent((4,), 3)
+    T, B = 5, 7
+    obs, last_action = torch.randn(T, B, 4), torch.zeros(T, B, dtype=torch.int64)
+
+    def outputs_and_grads():
+        agent.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits, values, _ = agent.logits_and_values(obs, last_action, None, None, agent.initial_state(B))
+        logits, values = logits.float(), values.float()
+        (torch.log_softmax(logits, -1)[..., 1].sum() + values.square().sum()).backward()
+        return logits.detach(), values.detach(), [p.grad.clone() for p in agent.parameters()]
+
+    logits, values, grads = outputs_and_grads()
+    assert logits.shape == (T, B, 3) and values.shape == (T, B)
+    assert logits.stride(-1) == T * B and values.is_contiguous()  # one contiguous row per action, and the values'
+    monkeypatch.setattr(models, "both_heads", row_major)
+    ref_logits, ref_values, ref_grads = outputs_and_grads()
+    assert ref_logits.stride(-1) == 1
+    tolerance = dict(rtol=2e-2, atol=2e-2) if bf16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits, ref_logits, **tolerance)
+    torch.testing.assert_close(values, ref_values, **tolerance)
+    for g, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(g, ref, **tolerance)
+
+
+@pytest.mark.parametrize("inputs,narrow", [(4, True), (8, True), (9, False), (64, False)])
+def test_the_mlp_s_first_layer_multiplies_a_row_major_weight_only_for_a_few_inputs(inputs, narrow):
+    from torch import nn
+
+    from pronghorn.models import MLPTorso, NarrowLinear
+
+    torch.manual_seed(0)
+    torso = MLPTorso((inputs,), 16)
+    first = torso.net[0]
+    assert isinstance(first, NarrowLinear) is narrow and isinstance(first, nn.Linear)
+    assert list(torso.state_dict()) == ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]  # checkpoints unchanged
+    plain = nn.Linear(inputs, 16)
+    plain.load_state_dict(first.state_dict())
+    x, grad = torch.randn(50, inputs), torch.randn(50, 16)
+    for layer in (first, plain):
+        layer(x).backward(grad)
+    torch.testing.assert_close(first(x), plain(x))
+    torch.testing.assert_close(first.weight.grad, plain.weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(first.bias.grad, plain.bias.grad, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,140 @@
+"""Two memory layouts of the learner's products, each against the layout it replaced, on one pinned CPU.
+
+  .venv/bin/python benchmarks/learner_layouts.py                      # both parts, the default settings
+  .venv/bin/python benchmarks/learner_layouts.py --part update --only cartpole-best-bf16 --rounds 12
+
+`--part linear` times one layer of 64 units, forward and backward at a learner's 10 752 rows, as nn.Linear and
+as `models.NarrowLinear` (the weight multiplied as a row-major [in, out] copy), for 4 to 128 inputs, in bf16
+(autocast) and fp32: where NarrowLinear's `NARROW` comes from.
+
+`--part update` times a whole learner update (`Learner.step` on the throughput harness's batch) of each setting
+in four variants: the code as it is, with the heads' product row-major ([N, A+1], as before
+`models.both_heads` wrote it action-major on CPU), with the MLP's first layer a plain nn.Linear, and with both
+of those. Each variant has its own learner; the variants take turns, `--updates` updates per timing and
+`--rounds` timings each, the order reversed every round, since this machine's speed drifts by more than
+the differences within minutes. It prints each variant's median and lowest thread-CPU ms per update. Settings
+with --compile-learner are left out: the heads' layout is read when the update is traced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from throughput import SETTINGS, Components, setting_config
+from torch import nn
+
+import pronghorn.models as models
+from pronghorn.runtime.tuning import limit_threads, tune_malloc
+
+ROWS = 10_752  # CartPole's best batch: 21 rows of 512 columns
+
+
+def row_major_heads(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The heads' product as it was: [N, A+1], the logits a column slice with a stride of A+1."""
+    both = F.linear(x, weight, bias)
+    return both[:, :-1], both[:, -1]
+
+
+def thread_ms(calls: int, fn: Callable[..., object], *args: object) -> float:
+    """Thread-CPU ms per call of fn(*args)."""
+    start = time.thread_time()
+    for _ in range(calls):
+        fn(*args)
+    return (time.thread_time() - start) / calls * 1e3
+
+
+def pass_through(layer: nn.Linear, x: torch.Tensor, grad: torch.Tensor, bf16: bool) -> None:
+    layer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = layer(x)
+    out.backward(grad.to(out.dtype))
+
+
+def linear_part(rounds: int) -> None:
+    print(f"One layer of 64 units, forward and backward at {ROWS} rows: thread-CPU µs, median of {rounds} alternated timings")
+    print("| inputs | bf16 nn.Linear | bf16 NarrowLinear | fp32 nn.Linear | fp32 NarrowLinear |")
+    print("|---|---|---|---|---|")
+    for inputs in (4, 8, 16, 32, 128):
+        row = []
+        for bf16 in (True, False):
+            torch.manual_seed(0)
+            x, grad = torch.randn(ROWS, inputs), torch.randn(ROWS, 64)
+            layers = [nn.Linear(inputs, 64), models.NarrowLinear(inputs, 64)]
+            layers[1].load_state_dict(layers[0].state_dict())
+
+            times: list[list[float]] = [[], []]
+            for r in range(rounds):
+                for i in (0, 1) if r % 2 == 0 else (1, 0):
+                    pass_through(layers[i], x, grad, bf16)  # warm
+                    times[i].append(thread_ms(40, pass_through, layers[i], x, grad, bf16) * 1e3)
+            row += [f"{statistics.median(t):,.0f}" for t in times]
+        print(f"| {inputs} | " + " | ".join(row) + " |", flush=True)
+
+
+def variant(setting: str, name: str) -> tuple[Components, bool]:
+    """A learner for `setting`; returns it and whether its heads are row-major (set around each timing)."""
+    c = Components(setting_config(setting, 1))
+    if "plain first layer" in name:
+        first = c.learner.agent.torso.net[0] if isinstance(c.learner.agent.torso, models.MLPTorso) else None
+        if isinstance(first, models.NarrowLinear):
+            first.forward = types.MethodType(nn.Linear.forward, first)  # the same parameters, multiplied as nn.Linear does
+    return c, "row-major heads" in name
+
+
+def update_part(settings: list[str], rounds: int, updates: dict[str, int]) -> None:
+    names = ["as it is", "row-major heads", "plain first layer", "row-major heads, plain first layer"]
+    action_major = models.both_heads
+    print(f"A learner update (thread-CPU ms): median (lowest) of {rounds} timings of N updates, the variants in turns")
+    print("| setting (N) | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for setting in settings:
+        learners = {name: variant(setting, name) for name in names}
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds + 1):  # round 0 warms every learner up and is not counted
+            for name in names if r % 2 else names[::-1]:
+                c, row_major = learners[name]
+                models.both_heads = row_major_heads if row_major else action_major
+                ms = thread_ms(updates[setting], c.learner.step, c.batch)
+                if r:
+                    times[name].append(ms)
+        models.both_heads = action_major
+        cells = [f"{statistics.median(t):.2f} ({min(t):.2f})" for t in times.values()]
+        print(f"| {setting} ({updates[setting]}) | " + " | ".join(cells) + " |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["linear", "update", "both"], default="both")
+    parser.add_argument("--only", action="append", help="a setting of benchmarks/throughput.py (repeatable)")
+    parser.add_argument("--rounds", type=int, default=10, help="timings of each variant (default 10)")
+    parser.add_argument("--updates", type=int, default=0, help="updates per timing (default: about 0.2 s of each default setting's updates, else 10)")
+    parser.add_argument("--cpu", type=int, default=min(1, (os.cpu_count() or 1) - 1), help="the CPU to pin this process to (default 1)")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds is {args.rounds}: it must be at least 1")
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.cpu})
+    tune_malloc()  # as the learner process runs
+    limit_threads(1)
+    if args.part in ("linear", "both"):
+        linear_part(args.rounds)
+    if args.part in ("update", "both"):
+        settings = args.only or ["cartpole-best-bf16", "cartpole-best", "cartpole", "minatar-breakout-best-bf16", "pong-best"]
+        unknown = [s for s in settings if s not in SETTINGS]
+        if unknown:
+            parser.error(f"--only {unknown[0]}: not a setting of benchmarks/throughput.py; choose from {', '.join(SETTINGS)}")
+        if any("compiled" in s for s in settings):
+            parser.error("--only: a compiled setting traces the heads' layout once; choose a setting without -compiled")
+        typical = {"cartpole": 150, "cartpole-best": 15, "cartpole-best-bf16": 30, "minatar-breakout-best-bf16": 12, "pong-best": 3}
+        update_part(settings, args.rounds, {s: args.updates or typical.get(s, 10) for s in settings})
+
+
+if __name__ == "__main__":
+    main()
