@@ -1,5 +1,6 @@
 """Shared memory, weight publishing and the actor processes, with real processes and real /dev/shm."""
 
+import collections
 import multiprocessing as mp
 import os
 import queue
@@ -277,6 +278,40 @@ def test_the_router_never_writes_to_a_dead_actor_and_gets_every_slot_back():
     assert deaths == [[second]]
     assert sorted(router.free) == [0, 1, 2, 3] and router.accounted() == 4
     router.close()
+
+
+def test_the_router_resupplies_an_actor_whose_unroll_arrives_while_another_is_ready():
+    """get() takes in every finished unroll, even with a slot already ready, and hands its actor the free slot:
+    an actor that used up the slot queued in its pipe must not wait until the learner runs out of ready slots."""
+    router = SlotRouter(num_slots=6, num_actors=2, depth=2)
+    ends = []
+    for i in range(2):
+        free_recv, free_send = mp.Pipe(duplex=False)
+        full_recv, full_send = mp.Pipe(duplex=False)
+        r, w = os.pipe()  # stands in for the process sentinel; never readable here
+        router.connect(i, free_send, full_recv, r)  # hands actor i two slots
+        ends.append((PipeSource(free_recv, lambda: False, timeout=5, who=f"actor {i}"), PipeSink(full_send), free_recv, full_send, r, w))
+    (source0, sink0, *_), (source1, sink1, *_) = ends
+    sink0.put(source0.get())
+    sink1.put(c := source1.get())
+    a = router.get(timeout=5)  # takes both in and hands each actor a third slot: none is free now
+    assert router.ready_by[1] == collections.deque([c]) and not router.free
+    finished = []
+    for _ in range(2):  # actor 0 fills the two slots queued in its pipe and sends them: its pipe is empty
+        finished.append(source0.get())
+        sink0.put(finished[-1])
+    assert not source0._poll.poll(0)
+    router.put(a)  # the learner frees `a`; as far as the router has heard, actor 0 still holds two slots
+    assert router.get(timeout=5) == c  # ready at once; actor 0's two unrolls are taken in on the way
+    assert router.ready_by[0] == collections.deque(finished)
+    assert source0.get() == a, "actor 0 was not handed the free slot for the unrolls it finished"
+    assert router.accounted() == 6
+    router.close()
+    for *_, free_recv, full_send, r, w in ends:
+        free_recv.close()
+        full_send.close()
+        os.close(r)
+        os.close(w)
 
 
 def _threads_after_limit(result) -> None:

@@ -140,18 +140,31 @@ class SlotRouter:
         return sum(len(q) for q in self.ready_by)
 
     def _wait(self, have, timeout: float) -> None:
+        # First without waiting, even if a slot is ready: every unroll an actor has finished is taken in and
+        # its slot replaced by a free one now. Taken in only once the learner ran out of ready slots, an actor
+        # that had filled the slot queued in its pipe waited for that call with its core idle: CartPole's
+        # defaults had the actors blocked 11-13 % of the time and 0.09-0.10 cores idle, 0.07-0.08 after,
+        # at 1.01-1.06x the frames/s in four alternated pairs (docs/throughput_log.md).
+        self._collect(0)
         deadline = time.monotonic() + timeout
         while not have():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise queue.Empty
-            if self._all is None:
-                self._all = _poll_for(*(c.fileno() for c in self._from_actor if c is not None), *self._sentinels)
-            for fd, _ in self._all.poll(math.ceil(remaining * 1000)):
-                if fd in self._sentinels:
-                    self.on_death(self._sentinels[fd])  # reclaims, then restarts or raises
-            for index in range(len(self._from_actor)):
-                self._receive(index)
+            self._collect(math.ceil(remaining * 1000))
+
+    def _collect(self, timeout_ms: int) -> None:
+        """Wait up to timeout_ms for a pipe or a process sentinel, then take in what every actor has sent."""
+        if self._all is None:
+            self._all = _poll_for(*(c.fileno() for c in self._from_actor if c is not None), *self._sentinels)
+        events = self._all.poll(timeout_ms)
+        if not events:
+            return
+        for fd, _ in events:
+            if fd in self._sentinels:
+                self.on_death(self._sentinels[fd])  # reclaims, then restarts or raises
+        for index in range(len(self._from_actor)):
+            self._receive(index)
 
     def get(self, timeout: float) -> int:
         """A full slot index (now at the learner); raises queue.Empty after `timeout` seconds."""
