@@ -44,6 +44,37 @@ def test_slot_written_in_a_child_process_is_seen_by_the_parent():
     assert_no_leaks()
 
 
+def test_a_weights_reader_that_meets_a_write_waits_for_it_and_takes_the_finished_weights():
+    """The seqlock's reader retries while the learner writes (first at once, then sleeping between tries) and
+    returns the version the write completes, never a half-written copy; a write that never ends times out."""
+    import threading
+
+    a, b, c = Agent((4,), 2), Agent((4,), 2), Agent((4,), 2)
+    store = WeightStore.create(new_token(), sum(p.numel() for p in a.parameters()))
+    try:
+        store.publish(a, 1)
+        store._seq[0] += 1  # odd: a write in progress, as `publish` leaves it while it copies
+        got = []
+        reader = threading.Thread(target=lambda: got.append(store.load_into(b, timeout=5.0)))
+        reader.start()
+        time.sleep(0.05)  # past the reader's spin: it now sleeps between tries
+        assert reader.is_alive() and not got
+        # The write completes as `publish` completes one: other weights into version 2's buffer, then the
+        # version, then seq even again.
+        store._buffers[0].copy_(torch.cat([p.detach().reshape(-1) for p in c.parameters()]))
+        store._version[0] = 2
+        store._seq[0] += 1
+        reader.join(5)
+        assert got == [2]
+        for pc, pb in zip(c.parameters(), b.parameters()):
+            assert torch.equal(pc, pb)
+        store._seq[0] += 1
+        with pytest.raises(TimeoutError, match="consistent weights"):
+            store.load_into(b, timeout=0.05)
+    finally:
+        store.release()
+
+
 def test_weight_store_round_trip_and_version():
     a, b = Agent((4,), 2), Agent((4,), 2)
     store = WeightStore.create(new_token(), sum(p.numel() for p in a.parameters()))
