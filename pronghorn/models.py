@@ -27,9 +27,10 @@ class NarrowLinear(nn.Linear):
     weight (its transpose is a column-major view).
 
     The weight's layout picks the backward pass's products: with the copy, its gradient is x^T g, which at a
-    learner's 10 752 rows ran 2 to 4 times faster than the (g^T x)^T it takes for the view. Forward and backward
-    of a layer of 64 units (`benchmarks/narrow_linear.py`): at 4 inputs about a fifth faster in bf16 and four
-    times in fp32, at 8 slightly faster in both, from 16 level or slower, hence `NARROW`.
+    learner's 10 752 rows ran about twice as fast as the (g^T x)^T it takes for the view (bf16). Forward and
+    backward of a layer of 64 units (`benchmarks/learner_layouts.py --part linear`): at 4 inputs about a fifth
+    faster in bf16 and three times in fp32, at 8 level in bf16 and twice in fp32, from 16 level or slower,
+    hence `NARROW`.
     """
 
     NARROW = 8  # most input features for which MLPTorso uses this layer
@@ -234,9 +235,10 @@ def both_heads(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> tup
 
     On CPU the product is written action-major, [A+1, N], and the logits are a transposed view of it: each
     action's logits and the values are then contiguous rows, which the losses' elementwise ops and softmax
-    (taken across rows, softmax.py) read without a stride of A+1. A learner's update, alternated with the
-    row-major product (`benchmarks/heads_layout.py`): CartPole's best batch in bf16 about a tenth faster, its
-    defaults too; MinAtar's and Pong's CNNs level. Other devices keep [N, A+1]: not measured there.
+    (taken across rows, softmax.py) read without a stride of A+1. A learner's update against the row-major
+    product, alternated (`benchmarks/learner_layouts.py --part update` and scratch timings, 2026-12-07):
+    CartPole's best batch in bf16 10-16 % faster, its defaults 4-12 %; MinAtar's and Pong's CNNs level.
+    Other devices keep [N, A+1]: not measured there.
     """
     if x.device.type == "cpu":
         both = torch.addmm(bias[:, None], weight, x.t())
