@@ -96,17 +96,29 @@ def update_part(settings: list[str], rounds: int, updates: dict[str, int]) -> No
     print("|---|" + "---|" * len(names))
     for setting in settings:
         learners = {name: variant(setting, name) for name in names}
-        times: dict[str, list[float]] = {name: [] for name in names}
-        for r in range(rounds + 1):  # round 0 warms every learner up and is not counted
-            for name in names if r % 2 else names[::-1]:
-                c, row_major = learners[name]
-                models.both_heads = row_major_heads if row_major else action_major
-                ms = thread_ms(updates[setting], c.learner.step, c.batch)
-                if r:
-                    times[name].append(ms)
+
+        def timing(name: str, learners: dict[str, tuple[Components, bool]] = learners, n: int = updates[setting]) -> float:
+            c, row_major = learners[name]
+            models.both_heads = row_major_heads if row_major else action_major
+            return thread_ms(n, c.learner.step, c.batch)
+
+        times = in_turns(names, timing, rounds)
         models.both_heads = action_major
         cells = [f"{statistics.median(t):.2f} ({min(t):.2f})" for t in times.values()]
         print(f"| {setting} ({updates[setting]}) | " + " | ".join(cells) + " |", flush=True)
+
+
+def in_turns(names: list[str], timing: Callable[[str], float], rounds: int) -> dict[str, list[float]]:
+    """`rounds` timings of each variant, the variants in turns and the order reversed every round (the
+    machine's speed drifts by more than the differences within minutes); a first round warms each up and is
+    not counted."""
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds + 1):
+        for name in names if r % 2 else names[::-1]:
+            ms = timing(name)
+            if r:
+                times[name].append(ms)
+    return times
 
 
 def main() -> None:

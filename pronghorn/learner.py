@@ -10,7 +10,7 @@ import torch
 from pronghorn import vtrace
 from pronghorn.config import Config, resolved
 from pronghorn.diagnostics import DeadUnits
-from pronghorn.flat import flatten_parameters, optimizer_state_to_flat
+from pronghorn.flat import flatten_parameters, optimizer_state_to_flat, optimizer_step
 from pronghorn.losses import baseline_loss, behaviour_kl, clip_rewards, clipped_policy_loss, entropy_loss, policy_gradient_loss, standardized
 from pronghorn.models import Agent
 from pronghorn.records import Unroll
@@ -26,7 +26,7 @@ class _Terms(NamedTuple):
     """What one update's forward pass and loss terms hand to the backward pass and the metrics."""
 
     total: torch.Tensor  # the loss to differentiate
-    reported: tuple[torch.Tensor, ...]  # 0-d, detached: total, pg, baseline, entropy terms, the negative entropy, mean value
+    reported: tuple[torch.Tensor, ...]  # 0-d, detached: total, pg, baseline, entropy terms, the negative entropy, mean value, policy lag min/mean/max
     vs: torch.Tensor  # [T, B] V-trace value targets (PopArt's statistics follow them)
     abs_advantages: torch.Tensor  # [T, B] |policy-gradient advantages| (replay priorities)
     action_log_probs: torch.Tensor  # [T, B] log pi(a_t|x_t) under this pass's weights, detached (--ppo-clip's anchor)
@@ -73,6 +73,9 @@ class Learner:
         self._probe_every = _DEAD_UNITS_EVERY_COMPILED if cfg.compile_learner else _DEAD_UNITS_EVERY
         self.abs_advantages = torch.zeros(0)  # [T, B] of the last step: replay priorities are made from it
         self._anchor: torch.Tensor | None = None  # [T, B] log pi(a_t|x_t) at the current batch's first pass
+        # The update count as a 0-d tensor on the learner's device, refilled before each pass: the policy lag is then
+        # reduced inside the (compiled) pass, where an int argument would recompile it at every new value.
+        self._version = torch.zeros((), dtype=torch.int64, device=self.flat.device)
         # --compile-learner: the shapes never change within a run (dynamic=False), so the pass compiles once,
         # and once more with replay, whose batches are all fresh until the ring fills (a new `fresh`); with
         # replay it is two graphs around _replay_terms, which runs eagerly between them.
@@ -88,11 +91,21 @@ class Learner:
             return self.base_lr
         return self.base_lr * max(0.0, 1.0 - self.frames / self.lr_decay_frames)
 
-    def _losses(self, batch: Unroll, reward: torch.Tensor, done: torch.Tensor, fresh: int, weights: torch.Tensor | None, anchor: torch.Tensor | None) -> _Terms:
+    def _losses(
+        self,
+        batch: Unroll,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        fresh: int,
+        weights: torch.Tensor | None,
+        anchor: torch.Tensor | None,
+        version: torch.Tensor,
+    ) -> _Terms:
         """The forward pass, V-trace and the loss terms of one update (what --compile-learner compiles).
 
         reward: the batch's clipped rewards [T+1, B]; done: terminated or truncated [T+1, B]; anchor: [T, B]
-        log pi(a_t|x_t) of the batch's first pass (--ppo-clip's later passes), None on the first."""
+        log pi(a_t|x_t) of the batch's first pass (--ppo-clip's later passes), None on the first; version: 0-d, the
+        learner's update count (this update's weights)."""
         cfg = self.cfg
         # The batch's actions were chosen by the actors: this pass chooses none. --learner-precision bf16:
         # the products run in bfloat16 (autocast keeps fp32 weights); what comes out is fp32 again before
@@ -143,7 +156,8 @@ class Learner:
         neg_entropy = entropy_loss(logits)
         ent = cfg.entropy_cost * neg_entropy
         total = pg + bl + ent
-        reported = tuple(x.detach() for x in (total, pg, bl, ent, neg_entropy, values.mean()))
+        lag = (version - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
+        reported = tuple(x.detach() for x in (total, pg, bl, ent, neg_entropy, values.mean(), lag.min(), lag.mean(), lag.max()))
         log_pi = vt.target_action_log_probs.detach()
         return _Terms(total, reported, vt.vs.detach(), vt.pg_advantages.detach().abs(), log_pi, clip_fraction, replay_metrics)
 
@@ -178,15 +192,16 @@ class Learner:
             # is row 0 of the actor's next unroll: left out, so no observation counts twice; replayed
             # columns were counted when they were fresh, and a second pass (count=False) adds nothing.
             self.agent.obs_norm.update(batch.obs[:-1, :fresh])
+        self._version.fill_(self.steps)
         probe = not self.dead or self.steps % self._probe_every == 0  # also the first update after a resume: same keys every step
         if probe:
             # The probe's forward hooks call .item(): this pass runs eagerly, uncompiled (compiled runs probe one
             # update in a hundred, eager ones one in ten).
             self.dead_units.arm()
-            terms = self._losses(batch, reward, done, fresh, weights, None if count else self._anchor)
+            terms = self._losses(batch, reward, done, fresh, weights, None if count else self._anchor, self._version)
             self.dead = self.dead_units.read()
         else:
-            terms = self._compiled_losses(batch, reward, done, fresh, weights, None if count else self._anchor)
+            terms = self._compiled_losses(batch, reward, done, fresh, weights, None if count else self._anchor, self._version)
         if count and self.cfg.ppo_clip is not None:
             self._anchor = terms.action_log_probs  # later passes over this batch (count=False) clip their ratio to it
         total, vs, popart, level = terms.total, terms.vs, self.agent.popart, batch.level[0]
@@ -199,20 +214,21 @@ class Learner:
         assert grad is not None  # flatten_parameters made it; the parameters' .grad are views of it
         grad.zero_()  # in place, not set to None: backward adds into those views
         total.backward()
-        # Global-norm clipping, on the one flat gradient: the same as clip_grad_norm_, without its per-call
-        # grouping of tensors by device (about ten times the two ops themselves at CartPole's B=16).
         grad_norm_t = torch.linalg.vector_norm(grad)
-        grad.mul_((cfg.grad_norm_clip / (grad_norm_t + 1e-6)).clamp(max=1.0))
-        lag = (self.steps - batch.policy_version[:, :fresh]).float()  # updates between acting and this update
         # Every scalar this step reports, read from the device in one transfer: the step's only host-device
         # sync (the finiteness check needs it before the optimizer step anyway).
-        scalars = torch.stack([*terms.reported, grad_norm_t.detach(), lag.min(), lag.mean(), lag.max(), terms.clip_fraction])
-        total_f, pg_f, bl_f, ent_f, neg_entropy_f, value_mean, grad_norm, lag_min, lag_mean, lag_max, clip_fraction = scalars.float().cpu().tolist()
+        scalars = torch.stack([*terms.reported, grad_norm_t, terms.clip_fraction])
+        total_f, pg_f, bl_f, ent_f, neg_entropy_f, value_mean, lag_min, lag_mean, lag_max, grad_norm, clip_fraction = scalars.float().cpu().tolist()
         # A non-finite loss or gradient would poison the weights (and RMSProp's statistics) for good:
         # skip the update. The batch still counts as consumed frames.
         finite = math.isfinite(total_f) and math.isfinite(grad_norm)
         if finite:
-            self.optimizer.step()
+            # Global-norm clipping, on the one flat gradient: clip_grad_norm_'s scale, taken from the norm already
+            # read above, so it is one op on the gradient, and none while the norm is under the clip.
+            scale = cfg.grad_norm_clip / (grad_norm + 1e-6)
+            if scale < 1.0:
+                grad.mul_(scale)
+            optimizer_step(self.optimizer, self.flat)
             self.bad_updates_in_a_row = 0
             if popart is not None:
                 popart.update(vs, level, cfg.popart_step)  # after the step: the graph above used the old statistics

@@ -7,6 +7,7 @@ per-level returns come back from it, and the logs continue from its frame count.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -23,7 +24,7 @@ from pronghorn.config import Config, ConfigError
 from pronghorn.envs import EnvSpec, probe_levels
 from pronghorn.evaluate import PeriodicEvaluation
 from pronghorn.learner import Learner
-from pronghorn.logs import Episode, standard_logger
+from pronghorn.logs import Episode, LogWriteError, standard_logger
 from pronghorn.models import Agent, build_agent
 from pronghorn.plot import write_curve
 from pronghorn.records import Unroll
@@ -257,6 +258,8 @@ def train(cfg: Config) -> TrainResult:
     target = cfg.stop_at_return if cfg.stop_at_return is not None else spec.reward_threshold
 
     def save() -> str:
+        with contextlib.suppress(LogWriteError):  # a failed log write stops the run already; the checkpoint comes first
+            logger.flush()  # episodes.csv holds every game the checkpoint counts: a resumed run keeps those rows
         state: dict[str, Any] = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
         if cfg.checkpoint_replay and staging is not None:
             state["replay"] = staging.replay_state()

@@ -31,3 +31,23 @@ def test_learner_layouts_times_every_variant_and_refuses_a_compiled_setting():
     assert len(cells) == 4 and all(re.fullmatch(r" \d+\.\d\d \(\d+\.\d\d\) ", cell) for cell in cells), row
     refused = subprocess.run([sys.executable, script, "--only", "cartpole-best-bf16-compiled"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "choose a setting without -compiled" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_learner_glue_times_the_step_against_an_earlier_learner_and_refuses_an_unknown_revision():
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "learner_glue.py")
+    run = subprocess.run(
+        [sys.executable, script, "--only", "cartpole", "--rounds", "1", "--updates", "2", "--before", "HEAD"], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "| setting (N) | as it is | Optimizer.step | HEAD |" in run.stdout
+    row = [line for line in run.stdout.splitlines() if line.startswith("| cartpole (2) |")]
+    assert len(row) == 1
+    cells = row[0].split("|")[2:-1]  # median (lowest) ms per update of each variant
+    assert len(cells) == 3 and all(re.fullmatch(r" \d+\.\d\d \(\d+\.\d\d\) ", cell) for cell in cells), row
+    refused = subprocess.run([sys.executable, script, "--before", "no-such-revision"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--before no-such-revision" in refused.stderr and "Traceback" not in refused.stderr

@@ -5,7 +5,7 @@ import copy
 import torch
 
 from pronghorn.config import Config
-from pronghorn.flat import flat_view, flatten_parameters, optimizer_state_to_flat
+from pronghorn.flat import flat_view, flatten_parameters, optimizer_state_to_flat, optimizer_step
 from pronghorn.learner import Learner
 from pronghorn.models import Agent
 from tests.helpers import synthetic_batches
@@ -54,6 +54,38 @@ def test_one_flat_rmsprop_step_is_the_per_parameter_step():
         opt_plain.step()
     for (name, p), q in zip(agent.named_parameters(), plain.parameters()):
         torch.testing.assert_close(p, q, msg=name)
+
+
+def test_the_flat_optimizer_step_moves_weights_and_state_as_pytorch_s_step_does():
+    """optimizer_step's own RMSProp ops give PyTorch's weights and state bit for bit, with and without momentum
+    and after a state_dict round trip; Adam goes through its own step."""
+    for make in (
+        lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.99, eps=0.01),
+        lambda p: torch.optim.RMSprop(p, lr=0.02, alpha=0.9, eps=1e-5, momentum=0.5),
+        lambda p: torch.optim.Adam(p, lr=0.01),
+    ):
+        torch.manual_seed(4)
+        agent = Agent((4,), 2)
+        reference = copy.deepcopy(agent)
+        flat, flat_ref = flatten_parameters(agent), flatten_parameters(reference)
+        opt, opt_ref = make([flat]), make([flat_ref])
+        start = flat.detach().clone()
+        for step in range(4):
+            if step == 2:  # a resumed run: the state loaded from a state_dict, then stepped the same way
+                opt = make([flat])
+                opt.load_state_dict(copy.deepcopy(opt_ref.state_dict()))
+            obs = torch.randn(4, 2, 4)
+            for f, a in ((flat, agent), (flat_ref, reference)):
+                f.grad.zero_()
+                _loss(a, obs).backward()
+            optimizer_step(opt, flat)
+            opt_ref.step()
+            torch.testing.assert_close(flat, flat_ref, rtol=0, atol=0)
+        state, state_ref = opt.state[flat], opt_ref.state[flat_ref]
+        assert state.keys() == state_ref.keys()
+        for key in state:
+            torch.testing.assert_close(state[key], state_ref[key], rtol=0, atol=0, msg=key)
+        assert not torch.equal(flat.detach(), start)  # the steps moved the weights
 
 
 def test_per_parameter_optimizer_state_resumes_as_one_flat_state():

@@ -199,6 +199,8 @@ def test_a_compiled_learner_updates_as_the_eager_one():
         eager = Learner(cfg, copy.deepcopy(agent), frames_per_step=1)
         compiled = Learner(dataclasses.replace(cfg, compile_learner=True), copy.deepcopy(agent), frames_per_step=1)
         batches = synthetic_batches(4, T=20, B=16, core_size=agent.core_size)
+        for b in batches:
+            b.policy_version[:] = -torch.arange(16)  # column j acted j updates before update 0: lag min, mean and max differ
         # bfloat16 keeps 8 bits of mantissa: fused and unfused kernels round differently at about 1e-3, and
         # the two runs' weights drift apart from there (near-cancelling terms such as pg_loss part after ~8
         # updates): bf16 is compared over its first compiled updates, the eager probe before them.
@@ -211,8 +213,11 @@ def test_a_compiled_learner_updates_as_the_eager_one():
             seen = eager.step(batches[i % 4], fresh, weights), compiled.step(batches[i % 4], fresh, weights)
             graphs.append(counters["stats"]["unique_graphs"])
             keys = ["total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "value_mean", "dead/net_0"]
+            keys += ["policy_lag_min", "policy_lag_mean", "policy_lag_max"]
             for key in keys + (["replay_age_mean", "replay_masked_fraction"] if cfg.replay_fraction else []):
                 assert abs(seen[0][key] - seen[1][key]) <= tol * (1 + abs(seen[0][key])), (name, i, key, seen)
+            last = (fresh if fresh > 0 else 16) - 1  # the policy lag counts fresh columns only
+            assert (seen[1]["policy_lag_min"], seen[1]["policy_lag_mean"], seen[1]["policy_lag_max"]) == (i, i + last / 2, i + last), (name, i, seen[1])
         # Compiled at update 1 (update 0 is the eager probe) and never again: no recompiling per update.
         assert graphs[0] == 0 and graphs[1] >= 1 and graphs[-1] == graphs[1], (name, graphs)
         # The replay terms are a deliberate graph break (two graphs around them); Dynamo does not trace nn.LSTM
