@@ -40,10 +40,13 @@ def record(pid: int, seconds: float, out: str) -> subprocess.Popen:
 
 
 def summarize(path: str, top: int) -> list[str]:
-    total, inclusive, own = 0, collections.Counter(), collections.Counter()
+    total, unread, inclusive, own = 0, 0, collections.Counter(), collections.Counter()
     with open(path) as f:
         for line in f:
             stack, _, count = line.rstrip().rpartition(" ")
+            if not count.isdigit():  # a frame's text broke the line (seen once, in a CartPole actor): left out, counted
+                unread += 1
+                continue
             n = int(count)
             frames = [fr for fr in stack.split(";")[1:] if not fr.startswith("thread ")]  # frame 0 names the thread
             if not frames:
@@ -52,7 +55,7 @@ def summarize(path: str, top: int) -> list[str]:
             own[frames[-1]] += n
             for frame in set(frames):
                 inclusive[frame] += n
-    lines = [f"  {total} samples"]
+    lines = [f"  {total} samples" + (f" ({unread} lines of py-spy's output unreadable, left out)" if unread else "")]
     lines += [f"  inclusive {n / total:6.1%}  {frame[:140]}" for frame, n in inclusive.most_common(top)]
     lines += [f"  self      {n / total:6.1%}  {frame[:140]}" for frame, n in own.most_common(top)]
     return lines
