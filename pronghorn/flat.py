@@ -98,7 +98,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, flat: torch.Tensor) -> None
     plain = isinstance(optimizer, torch.optim.RMSprop) and not (
         group["centered"] or group["weight_decay"] or group["maximize"] or group["differentiable"] or group["capturable"]
     )
-    if not (plain and state and len(optimizer.param_groups) == 1 and group["params"] == [flat]):
+    if not (plain and state and len(optimizer.param_groups) == 1 and len(group["params"]) == 1 and group["params"][0] is flat):
         optimizer.step()
         return
     grad, alpha, momentum = flat.grad, group["alpha"], group["momentum"]
