@@ -7,7 +7,6 @@ per-level returns come back from it, and the logs continue from its frame count.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -258,12 +257,18 @@ def train(cfg: Config) -> TrainResult:
     target = cfg.stop_at_return if cfg.stop_at_return is not None else spec.reward_threshold
 
     def save() -> str:
-        with contextlib.suppress(LogWriteError):  # a failed log write stops the run already; the checkpoint comes first
+        unlogged: LogWriteError | None = None
+        try:
             logger.flush()  # episodes.csv holds every game the checkpoint counts: a resumed run keeps those rows
+        except LogWriteError as exc:
+            unlogged = exc  # raised once the checkpoint is written: the logs failing is no reason to lose it
         state: dict[str, Any] = {"config": dataclasses.asdict(cfg), "learner": learner.state_dict(), "rng": _rng_state(), "stats": stats.state_dict()}
         if cfg.checkpoint_replay and staging is not None:
             state["replay"] = staging.replay_state()
-        return checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
+        path = checkpoint.save(logdir, state, learner.frames, cfg.keep_checkpoints)
+        if unlogged is not None:
+            raise unlogged
+        return path
 
     staging: Staging | None = None
     evaluation: PeriodicEvaluation | None = None

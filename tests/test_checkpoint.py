@@ -284,3 +284,33 @@ def test_removing_the_logdir_mid_run_stops_with_a_clear_error(tmp_path):
     assert "Traceback" not in err, err[-2000:]  # TensorBoard's writer thread fails too: quietly, the line above says it
     assert "was removed while training" in last or ("could not write" in last and "No such file or directory" in last), last
     assert_no_leaks(owners=(proc.pid,))
+
+
+def test_a_log_write_that_fails_at_a_checkpoint_stops_the_run_after_the_checkpoint_is_written(tmp_path, monkeypatch):
+    """The games wait in the logger and reach episodes.csv when a checkpoint is written; if that write fails
+    (disk full), the checkpoint is written all the same and the run stops with the log's error, rather than
+    going on without the games (only the first write fails here, as a disk that filled for a moment)."""
+    import errno
+
+    import pronghorn.logs as logs
+    from pronghorn import Config, train
+
+    monkeypatch.setattr(logs, "_EPISODES_EVERY_S", 1e9)  # games reach the sinks only at a flush: here the checkpoint's
+    write = logs.CSVSink.episodes
+    failures = []
+
+    def fails_once(self, episodes):
+        if not failures:
+            failures.append(len(episodes))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(self, episodes)
+
+    monkeypatch.setattr(logs.CSVSink, "episodes", fails_once)
+    logdir = tmp_path / "full"
+    cfg = Config(env="CartPole-v1", total_frames=2_000_000, stop_at_return=1e9, checkpoint_secs=1, log_interval=1e6, logdir=str(logdir), progress=False)
+    with pytest.raises(logs.LogWriteError, match="No space left on device"):
+        train(cfg)
+    assert failures and failures[0] > 0  # the write that failed held games
+    _, state = checkpoint.load_latest(str(logdir))
+    assert 0 < state["learner"]["frames"] < 2_000_000  # stopped at the first checkpoint's failed log write, not at the budget
+    assert_no_leaks()
