@@ -21,21 +21,18 @@ import argparse
 import atexit
 import importlib.util
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from types import ModuleType
 
-from learner_layouts import in_turns, thread_ms
-from throughput import SETTINGS, Components, setting_config
+from learner_layouts import settings_to_time, timing_arguments, update_table
+from throughput import Components, setting_config
 
 import pronghorn.learner as learner_module
-from pronghorn.runtime.tuning import limit_threads, tune_malloc
 
 VARIANTS = ["as it is", "Optimizer.step"]
 DEFAULT = ["cartpole", "cartpole-best-bf16", "cartpole-best-bf16-compiled", "minatar-breakout-best-bf16"]
-TYPICAL = {"cartpole": 150, "cartpole-best-bf16": 30, "cartpole-best-bf16-compiled": 30, "minatar-breakout-best-bf16": 12}
 
 
 def learner_at(rev: str) -> ModuleType:
@@ -57,47 +54,29 @@ def learner_at(rev: str) -> ModuleType:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", action="append", help="a setting of benchmarks/throughput.py (repeatable)")
-    parser.add_argument("--rounds", type=int, default=10, help="timings of each variant (default 10)")
-    parser.add_argument("--updates", type=int, default=0, help="updates per timing (default: about 0.2 s of each default setting's updates, else 10)")
+    timing_arguments(parser)
     parser.add_argument("--before", help="also time pronghorn/learner.py as it was at this git revision")
-    parser.add_argument("--cpu", type=int, default=min(1, (os.cpu_count() or 1) - 1), help="the CPU to pin this process to (default 1)")
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error(f"--rounds is {args.rounds}: it must be at least 1")
-    settings = args.only or DEFAULT
-    unknown = [s for s in settings if s not in SETTINGS]
-    if unknown:
-        parser.error(f"--only {unknown[0]}: not a setting of benchmarks/throughput.py; choose from {', '.join(SETTINGS)}")
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {args.cpu})
-    tune_malloc()  # as the learner process runs
-    limit_threads(1)
-    variants = VARIANTS + ([args.before] if args.before else [])
+    settings = settings_to_time(parser, args, DEFAULT)
     try:
         old = learner_at(args.before) if args.before else None
     except ValueError as exc:
         parser.error(str(exc))
     own_step = learner_module.optimizer_step
-    print(f"A learner update (thread-CPU ms): median (lowest) of {args.rounds} timings of N updates, the variants in turns")
-    print("| setting (N) | " + " | ".join(variants) + " |")
-    print("|---|" + "---|" * len(variants))
-    for setting in settings:
-        learners = {name: Components(setting_config(setting, 1)) for name in variants}
-        if old is not None:
-            c = learners[args.before]
+
+    def build(setting: str, name: str) -> Components:
+        c = Components(setting_config(setting, 1))
+        if old is not None and name == args.before:
             c.learner = old.Learner(c.learner.cfg, c.learner.agent, c.learner.frames_per_step)
-        n = args.updates or TYPICAL.get(setting, 10)
+        return c
 
-        def timing(name: str, learners: dict[str, Components] = learners, n: int = n) -> float:
-            c = learners[name]
-            learner_module.optimizer_step = own_step if name == "as it is" else lambda optimizer, flat: optimizer.step()
-            return thread_ms(n, c.learner.step, c.batch)
+    def arrange(name: str) -> None:
+        learner_module.optimizer_step = own_step if name == "as it is" else lambda optimizer, flat: optimizer.step()
 
-        times = in_turns(variants, timing, args.rounds)
+    try:
+        update_table(settings, VARIANTS + ([args.before] if args.before else []), args.rounds, args.updates, build, arrange)
+    finally:
         learner_module.optimizer_step = own_step
-        cells = [f"{statistics.median(t):.2f} ({min(t):.2f})" for t in times.values()]
-        print(f"| {setting} ({n}) | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

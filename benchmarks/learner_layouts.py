@@ -78,34 +78,63 @@ def linear_part(rounds: int) -> None:
         print(f"| {inputs} | " + " | ".join(row) + " |", flush=True)
 
 
-def variant(setting: str, name: str) -> tuple[Components, bool]:
-    """A learner for `setting`; returns it and whether its heads are row-major (set around each timing)."""
-    c = Components(setting_config(setting, 1))
-    if "plain first layer" in name:
-        first = c.learner.agent.torso.net[0] if isinstance(c.learner.agent.torso, models.MLPTorso) else None
-        if isinstance(first, models.NarrowLinear):
-            first.forward = types.MethodType(nn.Linear.forward, first)  # the same parameters, multiplied as nn.Linear does
-    return c, "row-major heads" in name
+def plain_first_layer(c: Components) -> Components:
+    """c with its MLP's first layer multiplied as nn.Linear does (the same parameters), if it is a NarrowLinear."""
+    first = c.learner.agent.torso.net[0] if isinstance(c.learner.agent.torso, models.MLPTorso) else None
+    if isinstance(first, models.NarrowLinear):
+        first.forward = types.MethodType(nn.Linear.forward, first)
+    return c
 
 
-def update_part(settings: list[str], rounds: int, updates: dict[str, int]) -> None:
+def update_part(settings: list[str], rounds: int, updates: int) -> None:
     names = ["as it is", "row-major heads", "plain first layer", "row-major heads, plain first layer"]
     action_major = models.both_heads
+
+    def build(setting: str, name: str) -> Components:
+        c = Components(setting_config(setting, 1))
+        return plain_first_layer(c) if "plain first layer" in name else c
+
+    def arrange(name: str) -> None:
+        models.both_heads = row_major_heads if "row-major heads" in name else action_major
+
+    try:
+        update_table(settings, names, rounds, updates, build, arrange)
+    finally:
+        models.both_heads = action_major
+
+
+# Updates per timing: about 0.2 s of each setting's updates (10 for any other).
+TYPICAL_UPDATES = {
+    "cartpole": 150,
+    "cartpole-best": 15,
+    "cartpole-best-bf16": 30,
+    "cartpole-best-bf16-compiled": 30,
+    "minatar-breakout-best-bf16": 12,
+    "pong-best": 3,
+}
+
+
+def update_table(
+    settings: list[str], names: list[str], rounds: int, updates: int, build: Callable[[str, str], Components], arrange: Callable[[str], None]
+) -> None:
+    """Print a table of whole learner updates (`Learner.step` on the throughput harness's batch, thread-CPU ms), a row
+    per setting and a column per variant: each variant its own learner (`build(setting, name)`), timed in turns
+    (`in_turns`) with `arrange(name)` called before each of its timings; `updates` per timing (0: TYPICAL_UPDATES)."""
     print(f"A learner update (thread-CPU ms): median (lowest) of {rounds} timings of N updates, the variants in turns")
     print("| setting (N) | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for setting in settings:
-        learners = {name: variant(setting, name) for name in names}
+        learners = {name: build(setting, name) for name in names}
+        n = updates or TYPICAL_UPDATES.get(setting, 10)
 
-        def timing(name: str, learners: dict[str, tuple[Components, bool]] = learners, n: int = updates[setting]) -> float:
-            c, row_major = learners[name]
-            models.both_heads = row_major_heads if row_major else action_major
+        def timing(name: str, learners: dict[str, Components] = learners, n: int = n) -> float:
+            arrange(name)
+            c = learners[name]
             return thread_ms(n, c.learner.step, c.batch)
 
         times = in_turns(names, timing, rounds)
-        models.both_heads = action_major
         cells = [f"{statistics.median(t):.2f} ({min(t):.2f})" for t in times.values()]
-        print(f"| {setting} ({updates[setting]}) | " + " | ".join(cells) + " |", flush=True)
+        print(f"| {setting} ({n}) | " + " | ".join(cells) + " |", flush=True)
 
 
 def in_turns(names: list[str], timing: Callable[[str], float], rounds: int) -> dict[str, list[float]]:
@@ -121,31 +150,42 @@ def in_turns(names: list[str], timing: Callable[[str], float], rounds: int) -> d
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["linear", "update", "both"], default="both")
+def timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags both learner benchmarks take: --only, --rounds, --updates, --cpu."""
     parser.add_argument("--only", action="append", help="a setting of benchmarks/throughput.py (repeatable)")
     parser.add_argument("--rounds", type=int, default=10, help="timings of each variant (default 10)")
     parser.add_argument("--updates", type=int, default=0, help="updates per timing (default: about 0.2 s of each default setting's updates, else 10)")
     parser.add_argument("--cpu", type=int, default=min(1, (os.cpu_count() or 1) - 1), help="the CPU to pin this process to (default 1)")
-    args = parser.parse_args()
+
+
+def settings_to_time(parser: argparse.ArgumentParser, args: argparse.Namespace, default: list[str]) -> list[str]:
+    """--only's settings (or `default`), checked (exit 2 with one line for a bad --rounds or an unknown setting);
+    then this process is pinned to --cpu, with malloc tuned and one torch thread, as the learner process runs."""
     if args.rounds < 1:
         parser.error(f"--rounds is {args.rounds}: it must be at least 1")
+    settings = args.only or default
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        parser.error(f"--only {unknown[0]}: not a setting of benchmarks/throughput.py; choose from {', '.join(SETTINGS)}")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
-    tune_malloc()  # as the learner process runs
+    tune_malloc()
     limit_threads(1)
+    return settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["linear", "update", "both"], default="both")
+    timing_arguments(parser)
+    args = parser.parse_args()
+    settings = settings_to_time(parser, args, ["cartpole-best-bf16", "cartpole-best", "cartpole", "minatar-breakout-best-bf16", "pong-best"])
+    if args.part in ("update", "both") and any("compiled" in s for s in settings):
+        parser.error("--only: a compiled setting traces the heads' layout once; choose a setting without -compiled")
     if args.part in ("linear", "both"):
         linear_part(args.rounds)
     if args.part in ("update", "both"):
-        settings = args.only or ["cartpole-best-bf16", "cartpole-best", "cartpole", "minatar-breakout-best-bf16", "pong-best"]
-        unknown = [s for s in settings if s not in SETTINGS]
-        if unknown:
-            parser.error(f"--only {unknown[0]}: not a setting of benchmarks/throughput.py; choose from {', '.join(SETTINGS)}")
-        if any("compiled" in s for s in settings):
-            parser.error("--only: a compiled setting traces the heads' layout once; choose a setting without -compiled")
-        typical = {"cartpole": 150, "cartpole-best": 15, "cartpole-best-bf16": 30, "minatar-breakout-best-bf16": 12, "pong-best": 3}
-        update_part(settings, args.rounds, {s: args.updates or typical.get(s, 10) for s in settings})
+        update_part(settings, args.rounds, args.updates)
 
 
 if __name__ == "__main__":
