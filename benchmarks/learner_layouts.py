@@ -1,6 +1,6 @@
 """Two memory layouts of the learner's products, each against the layout it replaced, on one pinned CPU.
 
-  .venv/bin/python benchmarks/learner_layouts.py                      # both parts, the default settings
+  .venv/bin/python benchmarks/learner_layouts.py                      # every part, the default settings
   .venv/bin/python benchmarks/learner_layouts.py --part update --only cartpole-best-bf16 --rounds 12
 
 `--part linear` times one layer of 64 units, forward and backward at a learner's 10 752 rows, as nn.Linear and
@@ -14,6 +14,11 @@ of those. Each variant has its own learner; the variants take turns, `--updates`
 `--rounds` timings each, the order reversed every round, since this machine's speed drifts by more than
 the differences within minutes. It prints each variant's median and lowest thread-CPU ms per update. Settings
 with --compile-learner are left out: the heads' layout is read when the update is traced.
+
+`--part vtrace` times V-trace from logits (`vtrace.from_logits`, 20 x 512 steps, the target logits action-major
+as the learner's on CPU) eager and compiled, with the behaviour logits row-major (as the actors write them) and
+as a view of an action-major copy (what a compiled learner on CPU passes, `Learner._action_major`), for 2, 3
+and 6 actions, in alternated timings; `--part all` runs the three parts.
 """
 
 from __future__ import annotations
@@ -76,6 +81,47 @@ def linear_part(rounds: int) -> None:
                     times[i].append(thread_ms(40, pass_through, layers[i], x, grad, bf16) * 1e3)
             row += [f"{statistics.median(t):,.0f}" for t in times]
         print(f"| {inputs} | " + " | ".join(row) + " |", flush=True)
+
+
+def vtrace_part(rounds: int) -> None:
+    from pronghorn import vtrace
+
+    def returns(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out = vtrace.from_logits(*args)
+        return out.vs, out.pg_advantages, out.target_action_log_probs
+
+    compiled = torch.compile(returns, dynamic=False, options={"cpp_wrapper": True})
+    t, b = 20, 512
+    print(f"V-trace from logits at {t} x {b} steps: thread-CPU µs, median of {rounds} alternated timings")
+    print("| actions | eager, behaviour row-major | eager, action-major | compiled, row-major | compiled, action-major |")
+    print("|---|---|---|---|---|")
+    for a in (2, 3, 6):
+        g = torch.Generator().manual_seed(a)
+        row_major = torch.randn(t, b, a, generator=g)
+        action_major = row_major.permute(2, 0, 1).contiguous().permute(1, 2, 0)  # the same values
+        target = torch.randn(a, t, b, generator=g).permute(1, 2, 0)  # as models.both_heads writes them on CPU
+        rest = (
+            torch.randint(0, a, (t, b), generator=g),
+            0.99 * (torch.rand(t, b, generator=g) > 0.01).float(),
+            torch.rand(t, b, generator=g),
+            torch.randn(t, b, generator=g),
+            torch.randn(b, generator=g),
+        )
+        variants = {
+            f"{mode}, {layout}": (fn, behaviour)
+            for mode, fn in (("eager", returns), ("compiled", compiled))
+            for layout, behaviour in (("row-major", row_major), ("action-major", action_major))
+        }
+        reference = returns(row_major, target, *rest)
+        for fn, behaviour in variants.values():
+            assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(fn(behaviour, target, *rest), reference))  # and compiles it
+
+        def timing(name: str, variants: dict = variants, args: tuple = (target, *rest)) -> float:
+            fn, behaviour = variants[name]
+            return thread_ms(200, fn, behaviour, *args) * 1e3
+
+        times = in_turns(list(variants), timing, rounds)
+        print(f"| {a} | " + " | ".join(f"{statistics.median(v):,.0f}" for v in times.values()) + " |", flush=True)
 
 
 def plain_first_layer(c: Components) -> Components:
@@ -176,15 +222,17 @@ def settings_to_time(parser: argparse.ArgumentParser, args: argparse.Namespace, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["linear", "update", "both"], default="both")
+    parser.add_argument("--part", choices=["linear", "update", "vtrace", "all"], default="all")
     timing_arguments(parser)
     args = parser.parse_args()
     settings = settings_to_time(parser, args, ["cartpole-best-bf16", "cartpole-best", "cartpole", "minatar-breakout-best-bf16", "pong-best"])
-    if args.part in ("update", "both") and any("compiled" in s for s in settings):
+    if args.part in ("update", "all") and any("compiled" in s for s in settings):
         parser.error("--only: a compiled setting traces the heads' layout once; choose a setting without -compiled")
-    if args.part in ("linear", "both"):
+    if args.part in ("linear", "all"):
         linear_part(args.rounds)
-    if args.part in ("update", "both"):
+    if args.part in ("vtrace", "all"):
+        vtrace_part(args.rounds)
+    if args.part in ("update", "all"):
         update_part(settings, args.rounds, args.updates)
 
 

@@ -76,6 +76,7 @@ class Learner:
         # The update count as a 0-d tensor on the learner's device, refilled before each pass: the policy lag is then
         # reduced inside the (compiled) pass, where an int argument would recompile it at every new value.
         self._version = torch.zeros((), dtype=torch.int64, device=self.flat.device)
+        self._behaviour: torch.Tensor | None = None  # [A, T+1, B]: the batch's behaviour logits, action-major
         # --compile-learner: the shapes never change within a run (dynamic=False), so the pass compiles once,
         # and once more with replay, whose batches are all fresh until the ring fills (a new `fresh`); with
         # replay it is two graphs around _replay_terms, which runs eagerly between them.
@@ -193,6 +194,7 @@ class Learner:
             # columns were counted when they were fresh, and a second pass (count=False) adds nothing.
             self.agent.obs_norm.update(batch.obs[:-1, :fresh])
         self._version.fill_(self.steps)
+        batch = batch._replace(policy_logits=self._action_major(batch.policy_logits))  # the slot itself is left as the actors wrote it
         probe = not self.dead or self.steps % self._probe_every == 0  # also the first update after a resume: same keys every step
         if probe:
             # The probe's forward hooks call .item(): this pass runs eagerly, uncompiled (compiled runs probe one
@@ -263,6 +265,24 @@ class Learner:
             for name, mu, sigma in zip(cfg.level_names, popart.mu.tolist(), popart.sigma().tolist()):
                 metrics[f"popart_mu/{name}"], metrics[f"popart_sigma/{name}"] = mu, sigma
         return metrics
+
+    def _action_major(self, logits: torch.Tensor) -> torch.Tensor:
+        """The behaviour logits [T+1, B, A] as a view of an action-major copy [A, T+1, B] (on CPU; elsewhere as given).
+
+        The slot holds them row-major, as the actors write them. V-trace takes their log-softmax and gather beside
+        those of the learner's own logits, which are action-major on CPU (models.both_heads). Compiled, the two
+        fuse into one loop, which a row-major operand kept scalar; eager, the log-softmax ran down strided
+        columns. V-trace alone at CartPole's best batch (20 x 512, `benchmarks/learner_layouts.py --part vtrace`,
+        alternated timings on one thread): compiled 369-371 against 104-135 us, eager 451-456 against 366-398;
+        with six actions 670-674 against 180-190 and 587-662 against 441-511; level at 20 x 32. The copy costs
+        8 us for two actions at that batch in numpy, where torch's transposing copy took 26-28."""
+        if logits.device.type != "cpu":
+            return logits  # not measured there
+        a, rows, cols = logits.shape[2], logits.shape[0], logits.shape[1]
+        if self._behaviour is None or self._behaviour.shape != (a, rows, cols):
+            self._behaviour = torch.empty(a, rows, cols, dtype=logits.dtype)
+        self._behaviour.numpy()[...] = logits.numpy().transpose(2, 0, 1)
+        return self._behaviour.permute(1, 2, 0)
 
     # Eager under --compile-learner: its .item() reads and the step count it ages unrolls by would make dynamo
     # recompile at every update (a graph guarded on each new value), until it gave up at its recompile limit.

@@ -31,6 +31,11 @@ def test_learner_layouts_times_every_variant_and_refuses_a_compiled_setting():
     assert len(cells) == 4 and all(re.fullmatch(r" \d+\.\d\d \(\d+\.\d\d\) ", cell) for cell in cells), row
     refused = subprocess.run([sys.executable, script, "--only", "cartpole-best-bf16-compiled"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "choose a setting without -compiled" in refused.stderr and "Traceback" not in refused.stderr
+    # V-trace eager and compiled, the behaviour logits in both layouts (it checks they agree before timing them)
+    vtrace = subprocess.run([sys.executable, script, "--part", "vtrace", "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert vtrace.returncode == 0, vtrace.stderr[-2000:]
+    rows = [line for line in vtrace.stdout.splitlines() if re.fullmatch(r"\| [236] \|( [\d,]+ \|){4}", line)]
+    assert len(rows) == 3, vtrace.stdout
 
 
 def test_learner_glue_times_the_step_against_an_earlier_learner_and_refuses_an_unknown_revision():

@@ -290,3 +290,27 @@ def test_an_update_leaves_its_batch_as_it_was():
         learner.step(batch, count=False)
         for name, was, now in zip(batch._fields, before, batch):
             assert torch.equal(was, now), (model, name)
+
+
+def test_on_cpu_v_trace_reads_the_behaviour_logits_from_an_action_major_copy(monkeypatch):
+    # Learner._action_major: V-trace gets the slot's behaviour logits as a view of an [A, T+1, B] copy (each
+    # action's logits one contiguous row, like the learner's own on CPU), the same values, the slot untouched.
+    from pronghorn import vtrace
+
+    seen = []
+    real = vtrace.from_logits
+
+    def recording(behaviour_policy_logits, *args, **kwargs):
+        seen.append(behaviour_policy_logits.clone())
+        seen.append(behaviour_policy_logits.stride())
+        return real(behaviour_policy_logits, *args, **kwargs)
+
+    monkeypatch.setattr(vtrace, "from_logits", recording)
+    learner = Learner(Config(total_frames=10_000).for_observations((4,)), Agent((4,), 3), frames_per_step=1)
+    for batch in synthetic_batches(2, T=5, B=7, num_actions=3):
+        slot = batch.policy_logits.clone()
+        learner.step(batch)
+        values, strides = seen[-2:]
+        assert strides == (7, 1, 6 * 7)  # [T, B, A] over [A, T+1, B]: a step's columns, then each action's row
+        assert torch.equal(values, slot[:-1])
+        assert torch.equal(batch.policy_logits, slot) and batch.policy_logits.is_contiguous()
