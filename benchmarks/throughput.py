@@ -170,6 +170,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # six alternated rounds of six, where MinAtar's defaults pinned were further in three of three). Not the
     # default for MinAtar: `auto` leaves envs that step on the actor's own thread unpinned.
     "minatar-breakout-best-bf16-pinned": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16", pin_actors="on"),
+    # MinAtar's best in bfloat16, compiled, once the small CNN's compiled pass lost its slow kernels (2026-12-07,
+    # docs/throughput_log.md, "The small CNN compiled"): two rounds 0.59 / 0.81 against 0.33 / 0.82 eager, at 43,344 /
+    # 70,604 against 27,179 / 69,208 frames/s.
+    "minatar-breakout-best-bf16-compiled": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16", compile_learner=True),
     # Around it in bfloat16 (2026-12-06, README "MinAtar's best in bfloat16"): none closer or faster in the same runs.
     "minatar-breakout-2x48-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=48, batch_size=48, learner_precision="bf16"),
     "minatar-breakout-2x96-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=96, batch_size=96, learner_precision="bf16"),

@@ -84,7 +84,8 @@ class Learner:
         # that allocates or views each buffer (the MLP's forward pass: about 60 of them around 7 kernel calls):
         # at CartPole's best batch in bf16 an update took 5.16 against 5.68 ms. Not measured on CUDA: off there.
         on_cpu = self.flat.device.type == "cpu"
-        self._compiled_losses = torch.compile(self._losses, dynamic=False, options={"cpp_wrapper": on_cpu}) if cfg.compile_learner else self._losses
+        options = {"cpp_wrapper": on_cpu, **getattr(agent.torso, "compile_options", {})}  # a torso's own (models.SmallTorso)
+        self._compiled_losses = torch.compile(self._losses, dynamic=False, options=options) if cfg.compile_learner else self._losses
 
     def learning_rate(self) -> float:
         """Constant, or linear from --learning-rate to 0 over --lr-decay-frames (never tied to the budget)."""

@@ -231,27 +231,32 @@ def test_a_compiled_learner_updates_as_the_eager_one():
         assert torch.allclose(compiled.abs_advantages, eager.abs_advantages, atol=tol, rtol=tol), name
 
 
-def test_a_compiled_deep_resnet_updates_as_the_eager_one():
-    """The deep ResNet (IMPALA's 15 convolutions) through --compile-learner on 84x84 images: the same metrics as
-    the eager learner over the probe update and two compiled ones, compiled once. Small batches (5 x 4) keep
-    the eager passes short; the metrics of updates 1 and 2 also check the weights the updates before left."""
+def test_compiled_cnns_update_as_the_eager_ones():
+    """The deep ResNet (IMPALA's 15 convolutions) on 84x84 images and the small CNN on MinAtar's 10x10 grids
+    (whose compiled pass takes its ReLU after the flatten) through --compile-learner: the same metrics as the
+    eager learner over the probe update and two compiled ones, compiled once. Small batches (5 x 4: 24 grids,
+    enough for the small CNN's learner convolution) keep the eager passes short; the metrics of updates 1 and 2
+    also check the weights the updates before left."""
     import numpy as np
     from torch._dynamo.utils import counters
 
     from pronghorn.models import build_agent
 
-    counters.clear()
-    torch.manual_seed(0)
-    cfg = Config(env="ALE/Pong-v5", model="deep", total_frames=10_000).for_observations((4, 84, 84))
-    agent = build_agent(cfg, (4, 84, 84), 6)
-    eager = Learner(cfg, copy.deepcopy(agent), frames_per_step=4)
-    compiled = Learner(dataclasses.replace(cfg, compile_learner=True), copy.deepcopy(agent), frames_per_step=4)
-    batches = synthetic_batches(3, T=5, B=4, obs_shape=(4, 84, 84), obs_dtype=np.uint8, num_actions=6)
-    for i, batch in enumerate(batches):
-        seen = eager.step(batch, -1, None), compiled.step(batch, -1, None)
-        for key in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "value_mean"):
-            assert abs(seen[0][key] - seen[1][key]) <= 1e-4 * (1 + abs(seen[0][key])), (i, key, seen)
-    assert counters["stats"]["unique_graphs"] == 1 and compiled.steps == eager.steps == 3
+    for env, model, obs_shape, actions, frames_per_step in (("ALE/Pong-v5", "deep", (4, 84, 84), 6, 4), ("MinAtar/Breakout-v0", "small", (4, 10, 10), 3, 1)):
+        counters.clear()
+        torch.manual_seed(0)
+        cfg = Config(env=env, model=model, total_frames=10_000).for_observations(obs_shape)
+        agent = build_agent(cfg, obs_shape, actions)
+        eager = Learner(cfg, copy.deepcopy(agent), frames_per_step=frames_per_step)
+        compiled = Learner(dataclasses.replace(cfg, compile_learner=True), copy.deepcopy(agent), frames_per_step=frames_per_step)
+        batches = synthetic_batches(3, T=5, B=4, obs_shape=obs_shape, obs_dtype=np.uint8, num_actions=actions)
+        if model == "small":
+            batches = [b._replace(obs=(b.obs > 200).to(torch.uint8)) for b in batches]  # 0/1 occupancy, as MinAtar's
+        for i, batch in enumerate(batches):
+            seen = eager.step(batch, -1, None), compiled.step(batch, -1, None)
+            for key in ("total_loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "value_mean"):
+                assert abs(seen[0][key] - seen[1][key]) <= 1e-4 * (1 + abs(seen[0][key])), (model, i, key, seen)
+        assert counters["stats"]["unique_graphs"] == 1 and compiled.steps == eager.steps == 3, model
 
 
 def test_compile_learner_without_its_compiler_is_a_clear_error(monkeypatch):
