@@ -232,8 +232,8 @@ def test_a_compiled_learner_updates_as_the_eager_one():
 
 
 def test_compiled_cnns_update_as_the_eager_ones():
-    """The deep ResNet (IMPALA's 15 convolutions) on 84x84 images and the small CNN on MinAtar's 10x10 grids
-    (whose compiled pass takes its ReLU after the flatten) through --compile-learner: the same metrics as the
+    """The deep ResNet (IMPALA's 15 convolutions) and the shallow CNN on 84x84 images and the small CNN on
+    MinAtar's 10x10 grids (the last two take their last ReLU after the flatten when compiled) through --compile-learner: the same metrics as the
     eager learner over the probe update and two compiled ones, compiled once. Small batches (5 x 4: 24 grids,
     enough for the small CNN's learner convolution) keep the eager passes short; the metrics of updates 1 and 2
     also check the weights the updates before left."""
@@ -242,7 +242,12 @@ def test_compiled_cnns_update_as_the_eager_ones():
 
     from pronghorn.models import build_agent
 
-    for env, model, obs_shape, actions, frames_per_step in (("ALE/Pong-v5", "deep", (4, 84, 84), 6, 4), ("MinAtar/Breakout-v0", "small", (4, 10, 10), 3, 1)):
+    cnns = (
+        ("ALE/Pong-v5", "deep", (4, 84, 84), 6, 4),
+        ("ALE/Pong-v5", "shallow", (4, 84, 84), 6, 4),  # compiled, its last ReLU comes after the flatten (models._ConvFC)
+        ("MinAtar/Breakout-v0", "small", (4, 10, 10), 3, 1),
+    )
+    for env, model, obs_shape, actions, frames_per_step in cnns:
         counters.clear()
         torch.manual_seed(0)
         cfg = Config(env=env, model=model, total_frames=10_000).for_observations(obs_shape)
