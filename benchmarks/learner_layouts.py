@@ -17,7 +17,7 @@ with --compile-learner are left out: the heads' layout is read when the update i
 
 `--part vtrace` times V-trace from logits (`vtrace.from_logits`, 20 x 512 steps, the target logits action-major
 as the learner's on CPU) eager and compiled, with the behaviour logits row-major (as the actors write them) and
-as a view of an action-major copy (what a compiled learner on CPU passes, `Learner._action_major`), for 2, 3
+as a view of an action-major copy (what every learner on CPU passes, `Learner._action_major`), for 2, 3
 and 6 actions, in alternated timings; `--part all` runs the three parts.
 """
 

@@ -279,7 +279,7 @@ class Learner:
         8 us for two actions at that batch in numpy, where torch's transposing copy took 26-28."""
         if logits.device.type != "cpu":
             return logits  # not measured there
-        a, rows, cols = logits.shape[2], logits.shape[0], logits.shape[1]
+        rows, cols, a = logits.shape
         if self._behaviour is None or self._behaviour.shape != (a, rows, cols):
             self._behaviour = torch.empty(a, rows, cols, dtype=logits.dtype)
         self._behaviour.numpy()[...] = logits.numpy().transpose(2, 0, 1)
