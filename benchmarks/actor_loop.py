@@ -10,6 +10,13 @@ in one process on one thread, it prints microseconds per call of:
   .venv/bin/python benchmarks/actor_loop.py                        # CartPole, 16 and 512 envs
   .venv/bin/python benchmarks/actor_loop.py --env MinAtar/Breakout-v0 --envs 32
   .venv/bin/python benchmarks/actor_loop.py --env ALE/Pong-v5 --env-backend envpool --envs 16 --calls 800
+
+With --before REV it then times the actor's loop (env step, answer, slot-row write) with the acting step
+(`pronghorn/acting.py`'s `Acting`) as it is and as it was at git revision REV, in turns in this one process,
+pinned to --cpu, --rounds timings of --calls // 20 unrolls each, and prints each one's median and lowest
+microseconds per step: a change to the acting step against the code it replaced, in the same loop.
+
+  .venv/bin/python benchmarks/actor_loop.py --envs 512 --before HEAD~1 --rounds 30
 """
 
 from __future__ import annotations
@@ -19,11 +26,14 @@ import os
 import sys
 import time
 import typing
+from typing import Any
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from learner_layouts import in_turns, module_at  # benchmarks/ is on the path: this script's own folder
 
 from pronghorn import Config
 from pronghorn.actor import LocalPolicy, _Step, _write_row
@@ -52,7 +62,7 @@ def per_call(fn, calls: int) -> float:
     return (time.process_time() - start) / calls * 1e6
 
 
-def measure(env_id: str, envs: int, calls: int, sweep_mb: int, backend: str) -> None:
+def measure(env_id: str, envs: int, calls: int, sweep_mb: int, backend: str, before: Any = None, rounds: int = 0) -> None:
     cfg = Config(env=env_id, num_actors=1, envs_per_actor=envs, batch_size=envs, env_backend=backend)
     spec = probe(cfg.env, cfg)
     cfg = cfg.for_observations(spec.obs_shape)
@@ -107,6 +117,31 @@ def measure(env_id: str, envs: int, calls: int, sweep_mb: int, backend: str) -> 
         f" | env step with a {sweep_mb} MB copy between calls {sweep:7.1f}, with 300 64x64 products between {arithmetic:7.1f}",
         flush=True,
     )
+    if before is None:
+        return
+    # The acting step as it is and as it was at REV, each on the same agent's weights, swapped into the same
+    # policy and loop; each timing runs whole unrolls of 20 steps, as run_actor does.
+    variants = {"as it is": policy.acting, before.__name__: before.Acting(policy.agent, envs)}
+    env = make_batched([env_id] * envs, list(range(envs)), cfg)
+    out = env.reset()
+    step = _Step(out, zeros, answer(out, zeros))
+
+    def unrolls(name: str) -> float:
+        nonlocal step
+        policy.acting = variants[name]
+        start = time.thread_time()
+        for _ in range(max(1, calls // 20)):
+            for t in range(1, 21):
+                action = step.answer.action
+                env_out = env.step(action)
+                step = _Step(env_out, action, answer(env_out, action))
+                _write_row(slot, t, step, step.answer.truncation_value)
+        return (time.thread_time() - start) / (max(1, calls // 20) * 20) * 1e6
+
+    times = in_turns(list(variants), unrolls, rounds)
+    env.close()
+    cells = [f"{name} {np.median(times[name]):7.1f} (lowest {min(times[name]):7.1f})" for name in variants]
+    print(f"{env_id} ({backend}) E={envs}: the loop's step in turns, median of {rounds} timings, us: " + " | ".join(cells), flush=True)
 
 
 def main() -> None:
@@ -117,10 +152,21 @@ def main() -> None:
     parser.add_argument("--sweep-mb", type=int, default=8)
     backends = typing.get_args(typing.get_type_hints(Config)["env_backend"])  # the Config's own choices
     parser.add_argument("--env-backend", default="auto", choices=backends, help="as pronghorn train's --env-backend")
+    parser.add_argument("--before", help="also time the loop with pronghorn/acting.py as it was at this git revision, in turns")
+    parser.add_argument("--rounds", type=int, default=20, help="with --before: timings of each variant (default 20)")
+    parser.add_argument("--cpu", type=int, default=min(1, (os.cpu_count() or 1) - 1), help="with --before: the CPU to pin this process to (default 1)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds is {args.rounds}: it must be at least 1")
+    try:
+        before = module_at(args.before, "pronghorn/acting.py") if args.before else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    if before is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.cpu})
     limit_threads(1)  # as an actor process runs
     for envs in args.envs or [16, 512]:
-        measure(args.env, envs, args.calls, args.sweep_mb, args.env_backend)
+        measure(args.env, envs, args.calls, args.sweep_mb, args.env_backend, before, args.rounds)
 
 
 if __name__ == "__main__":

@@ -18,38 +18,14 @@ outside the compiled pass); a compiled learner compiles in its first timing, whi
 from __future__ import annotations
 
 import argparse
-import atexit
-import importlib.util
-import os
-import subprocess
-import sys
-import tempfile
-from types import ModuleType
 
-from learner_layouts import settings_to_time, timing_arguments, update_table
+from learner_layouts import module_at, settings_to_time, timing_arguments, update_table
 from throughput import Components, setting_config
 
 import pronghorn.learner as learner_module
 
 VARIANTS = ["as it is", "Optimizer.step"]
 DEFAULT = ["cartpole", "cartpole-best-bf16", "cartpole-best-bf16-compiled", "minatar-breakout-best-bf16"]
-
-
-def learner_at(rev: str) -> ModuleType:
-    """pronghorn/learner.py as it was at git revision `rev`, imported as a module of its own."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    shown = subprocess.run(["git", "-C", root, "show", f"{rev}:pronghorn/learner.py"], capture_output=True, text=True)
-    if shown.returncode != 0:
-        raise ValueError(f"--before {rev}: git found no pronghorn/learner.py there; give a commit of this repository")
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(shown.stdout)
-    spec = importlib.util.spec_from_file_location(f"learner_at_{rev}", f.name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # torch.compile looks the compiled function's module up by name
-    atexit.register(os.unlink, f.name)  # and its source, while it traces
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -59,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = settings_to_time(parser, args, DEFAULT)
     try:
-        old = learner_at(args.before) if args.before else None
+        old = module_at(args.before, "pronghorn/learner.py") if args.before else None
     except ValueError as exc:
         parser.error(str(exc))
     own_step = learner_module.optimizer_step

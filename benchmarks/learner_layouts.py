@@ -24,8 +24,13 @@ and 6 actions, in alternated timings; `--part all` runs the three parts.
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib.util
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import types
 from collections.abc import Callable
@@ -181,6 +186,25 @@ def update_table(
         times = in_turns(names, timing, rounds)
         cells = [f"{statistics.median(t):.2f} ({min(t):.2f})" for t in times.values()]
         print(f"| {setting} ({n}) | " + " | ".join(cells) + " |", flush=True)
+
+
+def module_at(rev: str, path: str) -> types.ModuleType:
+    """The module at `path` (e.g. pronghorn/learner.py) as it was at git revision `rev`, imported as a module of
+    its own (its imports are the package as it is): what the benchmarks' --before times against the code as it is."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shown = subprocess.run(["git", "-C", root, "show", f"{rev}:{path}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise ValueError(f"--before {rev}: git found no {path} there; give a commit of this repository")
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(shown.stdout)
+    name = f"{os.path.splitext(os.path.basename(path))[0]}_at_{rev}"
+    spec = importlib.util.spec_from_file_location(name, f.name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # torch.compile looks the compiled function's module up by name
+    atexit.register(os.unlink, f.name)  # and its source, while it traces
+    spec.loader.exec_module(module)
+    return module
 
 
 def in_turns(names: list[str], timing: Callable[[str], float], rounds: int) -> dict[str, list[float]]:

@@ -61,6 +61,20 @@ def test_the_numpy_mlp_step_gives_act_s_logits_values_and_actions():
         assert values is None and np.array_equal(action, act(agent, obs, last_action, None, None, core, None, uniform)[0].action[0].numpy())
 
 
+@torch.inference_mode()
+def test_the_numpy_mlp_step_flattens_observations_into_its_input_buffer():
+    """It copies the observations, flattened and cast to float32, beside the column of ones that multiplies the
+    first product's biases: observations of two dimensions, in uint8 and float64, answer as `act` does."""
+    torch.manual_seed(0)
+    agent = Agent((2, 3), 4).eval()
+    acting = Acting(agent, max_rows=6)
+    assert acting.mode == "numpy"
+    for seed, dtype in ((1, torch.float64), (2, torch.uint8)):
+        _, last_action, _, _, core, uniform = _inputs(6, seed)
+        obs = (torch.rand(6, 2, 3, generator=torch.Generator().manual_seed(seed)) * 5).to(dtype)
+        _same(acting(obs, last_action, None, None, core, None, uniform), act(agent, obs, last_action, None, None, core, None, uniform))
+
+
 def test_the_actor_s_mlp_step_makes_no_torch_call():
     """Torch calls between numpy env steps cost the actor more than their own time (docs/throughput_log.md, "The actor's step
     without torch"): LocalPolicy's answer for the MLP, the slot's numpy views and the env's numpy actions

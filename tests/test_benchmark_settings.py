@@ -56,3 +56,25 @@ def test_learner_glue_times_the_step_against_an_earlier_learner_and_refuses_an_u
     assert len(cells) == 3 and all(re.fullmatch(r" \d+\.\d\d \(\d+\.\d\d\) ", cell) for cell in cells), row
     refused = subprocess.run([sys.executable, script, "--before", "no-such-revision"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--before no-such-revision" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_actor_loop_times_the_loop_against_an_earlier_acting_step_and_refuses_an_unknown_revision():
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "actor_loop.py")
+    run = subprocess.run(
+        [sys.executable, script, "--envs", "8", "--calls", "40", "--sweep-mb", "1", "--rounds", "2", "--before", "HEAD"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    turns = [line for line in run.stdout.splitlines() if "in turns" in line]
+    assert len(turns) == 1 and turns[0].startswith("CartPole-v1 (auto) E=8:"), run.stdout
+    numbers = r"\s+\d+\.\d \(lowest\s+\d+\.\d\)"
+    assert re.search(rf"as it is{numbers} \| acting_at_HEAD{numbers}$", turns[0]), turns[0]
+    refused = subprocess.run([sys.executable, script, "--before", "no-such-revision"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--before no-such-revision" in refused.stderr and "Traceback" not in refused.stderr
