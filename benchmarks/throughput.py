@@ -199,6 +199,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "pong-lstm": dict(env="ALE/Pong-v5", model="shallow", lstm=True),
     "pong-deep": dict(env="ALE/Pong-v5", model="deep"),
     "pong-deep-bf16": dict(env="ALE/Pong-v5", model="deep", learner_precision="bf16"),
+    # The deep ResNet's learner compiled, its max-pools as ATen's kernels (pronghorn/max_pool.py; docs/throughput_log.md,
+    # "The deep ResNet's max-pools compiled").
+    "pong-deep-compiled": dict(env="ALE/Pong-v5", model="deep", compile_learner=True),
+    "pong-deep-bf16-compiled": dict(env="ALE/Pong-v5", model="deep", learner_precision="bf16", compile_learner=True),
 }
 # Component timings before and after one end-to-end run that differ by more than this factor get a third.
 _RETIME_ABOVE = 1.5

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pronghorn.defaults import resolve_torso
+from pronghorn.max_pool import MaxPool
 from pronghorn.obs_norm import ObservationNorm
 from pronghorn.popart import PopArtHead
 from pronghorn.records import AgentOutput
@@ -188,7 +189,8 @@ class DeepTorso(nn.Module):
         layers: list[nn.Module] = []
         channels = obs_shape[0]
         for out in (16, 32, 32):
-            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1), _Residual(out), _Residual(out)]
+            # MaxPool is nn.MaxPool2d(3, stride=2, padding=1), run as ATen's kernels by a compiled learner on CPU
+            layers += [nn.Conv2d(channels, out, 3, padding=1), MaxPool(), _Residual(out), _Residual(out)]
             channels = out
         self.sections = nn.Sequential(*layers)
         with torch.no_grad():

@@ -243,3 +243,43 @@ def test_the_mlp_s_first_layer_multiplies_a_row_major_weight_only_for_a_few_inpu
     torch.testing.assert_close(first(x), plain(x))
     torch.testing.assert_close(first.weight.grad, plain.weight.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(first.bias.grad, plain.bias.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_deep_torso_s_max_pool_op_gives_aten_s_values_and_gradients(dtype):
+    """pronghorn/max_pool.py's custom op (what a compiled learner on CPU runs) against F.max_pool2d, on NCHW and
+    channels-last inputs with ties (0/1 values): the same pooled values and the same input gradients, bit for
+    bit; torch.library.opcheck checks its fake (shape) functions and its autograd registration."""
+    import torch.nn.functional as F
+
+    from pronghorn.max_pool import MaxPool, _max_pool
+
+    g = torch.Generator().manual_seed(0)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        x = (torch.rand(3, 5, 11, 10, generator=g) < 0.5).to(dtype).contiguous(memory_format=layout).requires_grad_()
+        grad = torch.randn(3, 5, 6, 5, generator=g).to(dtype)
+        expected = F.max_pool2d(x, 3, stride=2, padding=1)
+        (want,) = torch.autograd.grad(expected, x, grad)
+        got = _max_pool(x)[0]
+        (seen,) = torch.autograd.grad(got, x, grad)
+        assert torch.equal(got, expected) and torch.equal(seen, want)
+        assert torch.equal(MaxPool()(x), expected)  # eager: F.max_pool2d itself
+        torch.library.opcheck(_max_pool, (x.detach().requires_grad_(),))
+
+
+def test_a_compiled_deep_torso_runs_its_max_pools_as_the_custom_op():
+    """Compiled on CPU, the three max-pools reach the graph as pronghorn::max_pool_3x3_s2 (which inductor calls as
+    it is), not as aten's max_pool2d that it would lower into its own slower loops."""
+    from pronghorn.models import DeepTorso
+
+    ops: list[str] = []
+
+    def backend(gm, inputs):
+        ops.extend(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
+        return gm.forward
+
+    torso = DeepTorso((4, 84, 84))
+    x = torch.rand(2, 4, 84, 84, generator=torch.Generator().manual_seed(0)) * 255
+    torch.testing.assert_close(torch.compile(torso, backend=backend)(x), torso(x))
+    assert sum("pronghorn.max_pool_3x3_s2" in op for op in ops) == 3, ops
+    assert not any("max_pool2d" in op for op in ops), ops
