@@ -11,6 +11,8 @@ from collections.abc import Sequence
 def read_episodes(logdir: str) -> list[dict]:
     path = os.path.join(logdir, "episodes.csv")
     if not os.path.exists(path):
+        if os.path.exists(os.path.join(logdir, "config.json")):  # a run folder: episodes.csv is written at the first game's end
+            raise FileNotFoundError(f"no game has finished in {logdir!r} yet, so it has no episodes.csv to plot")
         raise FileNotFoundError(f"{path} does not exist: is {logdir!r} a pronghorn run folder?")
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

@@ -50,6 +50,22 @@ def test_evaluate_rejects_a_folder_without_a_run(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1 and "no config.json" in lines[0]
 
 
+def test_plot_of_a_run_with_no_finished_game_says_so_and_a_run_s_curve_says_why_it_is_missing(tmp_path):
+    """A run folder holds config.json from the start and episodes.csv from the first game's end: before that,
+    plot names that as the reason (exit 2, one line), and the curve a run writes at its end says why it is not there."""
+    from pronghorn.plot import write_curve
+
+    (tmp_path / "config.json").write_text("{}")
+    proc = subprocess.run(CLI + ["plot", str(tmp_path), "-o", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120, env=ENV)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "no game has finished" in lines[0], proc.stderr
+    assert write_curve(str(tmp_path)) == f"not written (no game has finished in {str(tmp_path)!r} yet, so it has no episodes.csv to plot)"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(CLI + ["plot", str(empty), "-o", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode == 2 and "a pronghorn run folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_plot_writes_a_png_of_the_expected_size_with_groups(trained, tmp_path):
     out = plot_runs([str(trained)], str(tmp_path / "one.png"), size=(6, 4), dpi=100)
     assert imageio.imread(out).shape[:2] == (400, 600)
