@@ -103,7 +103,7 @@ class Acting:
         if self.mode == "numpy":
             # Each product takes its bias as one more input row: its input carries a last column of ones and
             # its weight, transposed, a last row of biases, so no pass over [rows, width] adds them (on 512 rows
-            # that add took 9 us a layer, about what the ReLU's pass takes; the step alone 103-124 -> 92-104 us).
+            # that add took 9 us a layer, about twice the ReLU's pass; the answer alone 105 -> 97-99 us, actor_loop.py).
             # The ones column is a column of the input buffer, set once; each hidden layer's weight carries one
             # more output column, zero but for a 1 in its bias row, which keeps the ones column in its output
             # (the ReLU leaves a 1 as it is) for the next product. A layer's entry: its weight [in + 1, out + 1]
