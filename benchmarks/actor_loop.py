@@ -12,11 +12,13 @@ in one process on one thread, it prints microseconds per call of:
   .venv/bin/python benchmarks/actor_loop.py --env ALE/Pong-v5 --env-backend envpool --envs 16 --calls 800
 
 With --before REV it then times the actor's loop (env step, answer, slot-row write) with the acting step
-(`pronghorn/acting.py`'s `Acting`) as it is and as it was at git revision REV, in turns in this one process,
+(`pronghorn/acting.py`'s `Acting`) and the env batch (`pronghorn/envs/batch.py`'s `GymBatch`, where the env
+steps through it: MinAtar, `--env-backend gymnasium`) as they are and as they were at git revision REV, in turns in this one process,
 pinned to --cpu, --rounds timings of --calls // 20 unrolls each, and prints each one's median and lowest
-microseconds per step: a change to the acting step against the code it replaced, in the same loop.
+microseconds per step: a change to either against the code it replaced, in the same loop.
 
   .venv/bin/python benchmarks/actor_loop.py --envs 512 --before HEAD~1 --rounds 30
+  .venv/bin/python benchmarks/actor_loop.py --env MinAtar/Breakout-v0 --envs 64 --calls 400 --before HEAD~1
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from learner_layouts import in_turns, module_at  # benchmarks/ is on the path: t
 
 from pronghorn import Config
 from pronghorn.actor import LocalPolicy, _Step, _write_row
-from pronghorn.envs import make_batched, probe
+from pronghorn.envs import frames_per_step, make_batched, probe
+from pronghorn.envs.batch import GymBatch
+from pronghorn.envs.single import make_single
 from pronghorn.records import Unroll, unroll_spec, zeros_unroll
 from pronghorn.runtime.tuning import limit_threads
 
@@ -119,27 +123,43 @@ def measure(env_id: str, envs: int, calls: int, sweep_mb: int, backend: str, bef
     )
     if before is None:
         return
-    # The acting step as it is and as it was at REV, each on the same agent's weights, swapped into the same
-    # policy and loop; each timing runs whole unrolls of 20 steps, as run_actor does.
-    variants = {"as it is": policy.acting, before.__name__: before.Acting(policy.agent, envs)}
-    env = make_batched([env_id] * envs, list(range(envs)), cfg)
-    out = env.reset()
-    step = _Step(out, zeros, answer(out, zeros))
+    # The acting step and the env batch as they are and as they were at REV: each variant its own Acting on the
+    # same agent's weights, swapped into the same policy, and its own envs (made alike, seeded alike; at REV a
+    # GymBatch from REV's batch.py, other batches as they are); each timing runs whole unrolls of 20 steps, as
+    # run_actor does.
+    acting_at, batch_at = before
+    own = make_batched([env_id] * envs, list(range(envs)), cfg)
+    if isinstance(own, GymBatch):
+        levels, seeds = [env_id] * envs, list(range(envs))
+        old = batch_at.GymBatch(
+            levels, lambda level, seed: make_single(level, seed, cfg), seeds, frames_per_step(env_id), cfg.episodic_life, cfg.max_env_failures
+        )
+    else:
+        old = make_batched([env_id] * envs, list(range(envs)), cfg)
+    variants = {"as it is": (policy.acting, own), acting_at.__name__.replace("acting_at_", "at "): (acting_at.Acting(policy.agent, envs), old)}
+    last = {}
+    for name, (acting, batch) in variants.items():
+        policy.acting = acting
+        out = batch.reset()
+        last[name] = _Step(out, zeros, answer(out, zeros))
 
     def unrolls(name: str) -> float:
-        nonlocal step
-        policy.acting = variants[name]
+        policy.acting, batch = variants[name]
+        step = last[name]
         start = time.thread_time()
         for _ in range(max(1, calls // 20)):
             for t in range(1, 21):
                 action = step.answer.action
-                env_out = env.step(action)
+                env_out = batch.step(action)
                 step = _Step(env_out, action, answer(env_out, action))
                 _write_row(slot, t, step, step.answer.truncation_value)
-        return (time.thread_time() - start) / (max(1, calls // 20) * 20) * 1e6
+        spent = time.thread_time() - start
+        last[name] = step
+        return spent / (max(1, calls // 20) * 20) * 1e6
 
     times = in_turns(list(variants), unrolls, rounds)
-    env.close()
+    for _, batch in variants.values():
+        batch.close()
     cells = [f"{name} {np.median(times[name]):7.1f} (lowest {min(times[name]):7.1f})" for name in variants]
     print(f"{env_id} ({backend}) E={envs}: the loop's step in turns, median of {rounds} timings, us: " + " | ".join(cells), flush=True)
 
@@ -152,14 +172,14 @@ def main() -> None:
     parser.add_argument("--sweep-mb", type=int, default=8)
     backends = typing.get_args(typing.get_type_hints(Config)["env_backend"])  # the Config's own choices
     parser.add_argument("--env-backend", default="auto", choices=backends, help="as pronghorn train's --env-backend")
-    parser.add_argument("--before", help="also time the loop with pronghorn/acting.py as it was at this git revision, in turns")
+    parser.add_argument("--before", help="also time the loop with pronghorn/acting.py and envs/batch.py as they were at this git revision, in turns")
     parser.add_argument("--rounds", type=int, default=20, help="with --before: timings of each variant (default 20)")
     parser.add_argument("--cpu", type=int, default=min(1, (os.cpu_count() or 1) - 1), help="with --before: the CPU to pin this process to (default 1)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds is {args.rounds}: it must be at least 1")
     try:
-        before = module_at(args.before, "pronghorn/acting.py") if args.before else None
+        before = (module_at(args.before, "pronghorn/acting.py"), module_at(args.before, "pronghorn/envs/batch.py")) if args.before else None
     except ValueError as exc:
         parser.error(str(exc))
     if before is not None and hasattr(os, "sched_setaffinity"):

@@ -75,6 +75,6 @@ def test_actor_loop_times_the_loop_against_an_earlier_acting_step_and_refuses_an
     turns = [line for line in run.stdout.splitlines() if "in turns" in line]
     assert len(turns) == 1 and turns[0].startswith("CartPole-v1 (auto) E=8:"), run.stdout
     numbers = r"\s+\d+\.\d \(lowest\s+\d+\.\d\)"
-    assert re.search(rf"as it is{numbers} \| acting_at_HEAD{numbers}$", turns[0]), turns[0]
+    assert re.search(rf"as it is{numbers} \| at HEAD{numbers}$", turns[0]), turns[0]
     refused = subprocess.run([sys.executable, script, "--before", "no-such-revision"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--before no-such-revision" in refused.stderr and "Traceback" not in refused.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -49,6 +49,15 @@ class EpisodeTracker:
         self.returns[j] = 0.0
         self.frames[j] = 0
         self.lives[j] = lives
+
+    def step_all(self, rewards: np.ndarray, lives: np.ndarray) -> np.ndarray | bool:
+        """Account one step of every env (rewards [E] float64, lives [E]); returns which lost a life while
+        their game goes on ([E] bool), or False without episodic life."""
+        self.returns += rewards
+        self.frames += self.frames_per_step
+        lost = lives < self.lives if self.episodic_life else False
+        self.lives[:] = lives
+        return lost
 
     def step(self, j, reward: float, lives: int) -> bool:
         """Account one step of env j; returns whether a life was lost (and the game goes on)."""
@@ -101,6 +110,9 @@ class GymBatch:
         space = self._envs[0].observation_space
         self._out = empty_output(self.num_envs, space.shape, space.dtype)
         self._stats = EpisodeTracker(self.num_envs, frames_per_step, episodic_life)
+        # What each step's loop keeps per env besides its observation (reward, lives), put into arrays after it
+        self._rewards: list[SupportsFloat] = [0.0] * self.num_envs
+        self._lives: list[int] = [0] * self.num_envs
 
     def _reset_one(self, j: int, seed=None) -> None:
         obs, info = self._envs[j].reset(seed=seed)
@@ -140,38 +152,51 @@ class GymBatch:
         return out
 
     def step(self, actions: np.ndarray) -> EnvOutput:
+        # The loop only steps the envs and keeps what they return (the observation straight into its row); the
+        # bookkeeping is done for all of them at once after it, and per env only where an episode ended or an
+        # env failed. Done per env inside the loop it cost 75 us of a batch step of 64 MinAtar envs whose own
+        # steps took 267 (lowest of 40 timings in turns; now 30).
         out, stats = self._out, self._stats
-        out.terminated[:] = False
+        obs, rewards, lives = out.obs, self._rewards, self._lives
+        ended: list[tuple[int, bool]] = []  # (env, terminated) of the episodes that ended at this step
+        failed: list[tuple[int, BaseException]] = []
+        for j, (env, action) in enumerate(zip(self._envs, actions.tolist())):
+            try:
+                obs[j], rewards[j], terminated, truncated, info = env.step(action)
+            except Exception as exc:  # an env failure must not end the run
+                failed.append((j, exc))
+                rewards[j], lives[j] = 0.0, stats.lives[j]  # placeholders: the env is recovered below
+                continue
+            lives[j] = info.get("lives", 0)
+            if terminated or truncated:
+                ended.append((j, bool(terminated)))
+        failing = {j for j, _ in failed}
+        if failing or any(self._in_a_row):  # an env's run of failures ends at its next good step
+            self._in_a_row = [c if j in failing else 0 for j, c in enumerate(self._in_a_row)]
+        reward = np.asarray(rewards, np.float64)  # as the env gave it; the slot's reward is float32
+        out.reward[:] = reward
+        lost = stats.step_all(reward, np.asarray(lives, np.int64))
+        out.terminated[:] = lost  # a lost life ends the training episode, not the game
         out.truncated[:] = False
         out.episode_end[:] = False
-        for j, env in enumerate(self._envs):
+        for j, terminated in ended:
+            out.episode_end[j] = True
+            out.episode_return[j] = stats.returns[j]
+            out.episode_frames[j] = stats.frames[j]
+            out.terminated[j] = terminated
+            if not terminated:
+                # Keep the last observation: the learner bootstraps a time limit from its value.
+                out.truncated[j] = True
+                out.final_obs[j] = obs[j]
             try:
-                obs, reward, terminated, truncated, info = env.step(int(actions[j]))
-            except Exception as exc:  # an env failure must not end the run
+                self._reset_one(j)  # the next episode's first observation replaces the last one in out.obs
+            except Exception as exc:
                 self._recover(j, exc)
-                out.reward[j] = 0.0
-                out.terminated[j] = True  # abandoned: no bootstrap across it, no episode counted
-                continue
-            self._in_a_row[j] = 0
-            out.reward[j] = reward
-            life_lost = stats.step(j, float(reward), info.get("lives", 0))
-            if terminated or truncated:
-                out.episode_end[j] = True
-                out.episode_return[j] = stats.returns[j]
-                out.episode_frames[j] = stats.frames[j]
-                if terminated:
-                    out.terminated[j] = True
-                else:
-                    # Keep the last observation: the learner bootstraps a time limit from its value.
-                    out.truncated[j] = True
-                    out.final_obs[j] = obs
-                try:
-                    self._reset_one(j)
-                except Exception as exc:
-                    self._recover(j, exc)
-            else:
-                out.terminated[j] = life_lost
-                out.obs[j] = obs
+        for j, error in failed:
+            self._recover(j, error)
+            out.reward[j] = 0.0
+            out.terminated[j] = True  # abandoned: no bootstrap across it, no episode counted
+            out.truncated[j] = False
         return out
 
     def render(self, j: int) -> np.ndarray:
