@@ -19,25 +19,20 @@ _aten = torch.ops.aten
 _KERNEL, _STRIDE, _PADDING = [3, 3], [2, 2], [1, 1]
 
 
-@torch.library.custom_op("pronghorn::max_pool_3x3_s2", mutates_args=())
-def _max_pool(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _pool(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The pooled values and, for the backward pass, the flat index of each one's input (ATen's kernel)."""
     return _aten.max_pool2d_with_indices(x, _KERNEL, _STRIDE, _PADDING)
 
 
-@_max_pool.register_fake
-def _(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _aten.max_pool2d_with_indices(x, _KERNEL, _STRIDE, _PADDING)  # shapes and strides from ATen's meta kernel
-
-
-@torch.library.custom_op("pronghorn::max_pool_3x3_s2_backward", mutates_args=())
-def _max_pool_backward(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+def _pool_backward(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return _aten.max_pool2d_with_indices_backward(grad, x, _KERNEL, _STRIDE, _PADDING, [1, 1], False, indices)
 
 
-@_max_pool_backward.register_fake
-def _(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    return _aten.max_pool2d_with_indices_backward(grad, x, _KERNEL, _STRIDE, _PADDING, [1, 1], False, indices)
+# Each op's fake (shape) function is the op itself: on fake tensors ATen's meta kernels give the shapes and strides.
+_max_pool = torch.library.custom_op("pronghorn::max_pool_3x3_s2", _pool, mutates_args=())
+_max_pool.register_fake(_pool)
+_max_pool_backward = torch.library.custom_op("pronghorn::max_pool_3x3_s2_backward", _pool_backward, mutates_args=())
+_max_pool_backward.register_fake(_pool_backward)
 
 
 def _save(ctx, inputs: tuple[torch.Tensor], output: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -58,4 +53,4 @@ class MaxPool(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling() and x.device.type == "cpu":
             return _max_pool(x)[0]
-        return F.max_pool2d(x, 3, stride=2, padding=1)
+        return F.max_pool2d(x, _KERNEL, stride=_STRIDE, padding=_PADDING)
