@@ -50,22 +50,16 @@ class EpisodeTracker:
         self.frames[j] = 0
         self.lives[j] = lives
 
-    def step_all(self, rewards: np.ndarray, lives: np.ndarray) -> np.ndarray | bool:
-        """Account one step of every env (rewards [E] float64, lives [E]); returns which lost a life while
-        their game goes on ([E] bool), or False without episodic life."""
-        self.returns += rewards
-        self.frames += self.frames_per_step
-        lost = lives < self.lives if self.episodic_life else False
-        self.lives[:] = lives
+    def step_all(self, rewards: np.ndarray, lives: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray | bool:
+        """Account one step of envs `ids` (each once; None: every env, in order): their rewards and lives [n].
+        Returns which of them lost a life ([n] bool; the caller ends the training episode where the game goes
+        on), or False without episodic life."""
+        at = slice(None) if ids is None else ids
+        self.returns[at] += rewards
+        self.frames[at] += self.frames_per_step
+        lost = lives < self.lives[at] if self.episodic_life else False
+        self.lives[at] = lives
         return lost
-
-    def step(self, j, reward: float, lives: int) -> bool:
-        """Account one step of env j; returns whether a life was lost (and the game goes on)."""
-        self.returns[j] += reward
-        self.frames[j] += self.frames_per_step
-        lost = self.episodic_life and lives < self.lives[j]
-        self.lives[j] = lives
-        return bool(lost)
 
 
 def empty_output(num_envs: int, obs_shape, obs_dtype) -> EnvOutput:

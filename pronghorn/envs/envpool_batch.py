@@ -116,19 +116,14 @@ class EnvpoolBatch:
             return out
         self._in_a_row = 0
         ids = info["env_id"]
+        ended = terminated | truncated
+        lost = stats.step_all(reward, self._lives(info), ids)
         out.obs[ids] = obs
         out.reward[ids] = reward
         out.truncated[ids] = truncated & ~terminated
-        out.terminated[ids] = terminated
+        out.terminated[ids] = terminated | (lost & ~ended)  # a life lost: the training episode ends, the game goes on
         out.episode_end[:] = False
-        if self._atari:
-            for k, j in enumerate(ids):
-                if stats.step(j, float(reward[k]), int(info["lives"][k])) and not (terminated[k] or truncated[k]):
-                    out.terminated[j] = True  # a life lost: the training episode ends, the game goes on
-        else:  # no lives: the per-env statistics in one vector operation (sync mode returns every env, in order)
-            stats.returns[ids] += reward
-            stats.frames[ids] += 1
-        done = np.flatnonzero(terminated | truncated)
+        done = np.flatnonzero(ended)
         if done.size:
             done_ids = ids[done]
             out.episode_end[done_ids] = True
