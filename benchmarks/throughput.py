@@ -116,6 +116,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole-1x1024-bf16-compiled": dict(
         env="CartPole-v1", num_actors=1, envs_per_actor=1024, batch_size=1024, learner_precision="bf16", compile_learner=True
     ),
+    # 2048 envs (2026-12-07, an Intel Xeon): two rounds 0.805 / 0.748 against 0.737 / 0.726 for 512 and 0.771 / 0.773 for 1024.
+    "cartpole-1x2048-bf16-compiled": dict(
+        env="CartPole-v1", num_actors=1, envs_per_actor=2048, batch_size=2048, learner_precision="bf16", compile_learner=True
+    ),
     # 768 envs, bfloat16 and compiled: two rounds (2026-12-06), 0.84 / 0.83 against 0.85 / 0.83 for 512 in the same run.
     "cartpole-1x768-bf16-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=768, batch_size=768, learner_precision="bf16", compile_learner=True),
     # Around it, bfloat16 and compiled: two unrolls per batch, unrolls of 40, 256 envs; each further from the limit in

@@ -78,3 +78,20 @@ def test_actor_loop_times_the_loop_against_an_earlier_acting_step_and_refuses_an
     assert re.search(rf"as it is{numbers} \| at HEAD{numbers}$", turns[0]), turns[0]
     refused = subprocess.run([sys.executable, script, "--before", "no-such-revision"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--before no-such-revision" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_after_products_times_the_step_after_each_part_in_every_variant_and_refuses_image_envs():
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "after_products.py")
+    run = subprocess.run([sys.executable, script, "--envs", "4", "--rounds", "1", "--calls", "5"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "| | as installed | numpy AVX2 | OpenBLAS AVX2 | both AVX2 |" in run.stdout
+    rows = [line for line in run.stdout.splitlines() if re.fullmatch(r"\| [a-zA-Z0-9 ]+ \|( \d+\.\d \|){4}", line)]
+    names = [row.split("|")[1].strip() for row in rows]
+    assert names[:2] == ["step after nothing", "step after answer"] and names[-1] == "loop per step" and len(rows) == 10, run.stdout
+    refused = subprocess.run([sys.executable, script, "--env", "MinAtar/Breakout-v0"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "are not vectors" in refused.stderr and "Traceback" not in refused.stderr
