@@ -104,26 +104,32 @@ class Acting:
             # Each product takes its bias as one more input row: its input carries a last column of ones and
             # its weight, transposed, a last row of biases, so no pass over [rows, width] adds them (on 512 rows
             # that add took 9 us a layer, about twice the ReLU's pass; the answer alone 105 -> 97-99 us, actor_loop.py).
-            # The ones column is a column of the input buffer, set once; each hidden layer's weight carries one
-            # more output column, zero but for a 1 in its bias row, which keeps the ones column in its output
-            # (the ReLU leaves a 1 as it is) for the next product. A layer's entry: its weight [in + 1, out + 1]
-            # (refilled from the agent's parameters at every call, so newly loaded weights are the ones used),
-            # the parameters it is filled from, its output buffer and zeros as large: numpy's maximum against
-            # an array is vectorised, while against the scalar 0 it took 4x as long on 512 rows.
+            # The ones column is a column of the input buffer, set once; each hidden layer's weight but the last
+            # carries one more output column, zero but for a 1 in its bias row, which keeps the ones column in its
+            # output (the ReLU leaves a 1 as it is) for the next product. The last hidden layer's output has no
+            # ones column: the heads' biases are added by the copy that transposes the heads' output, which runs
+            # anyway, so its product is 64 columns wide, not 65, a whole number of AVX-512 vectors (on 512 rows
+            # 39-40 against 45-47 us, and the heads' product 4.4 against 6.3). A layer's entry: its weight
+            # [in + 1, out + 1] ([in + 1, out] for the last), refilled from the agent's parameters at every call
+            # so that newly loaded weights are the ones used; the parameters it is filled from; its output buffer
+            # and zeros as large: numpy's maximum against an array is vectorised, while against the scalar 0 it
+            # took 4x as long on 512 rows.
             self._np_input = np.ones((rows, layers[0].in_features + 1), np.float32)
             self._layers = []
-            for layer in layers:
-                weight = np.zeros((layer.in_features + 1, layer.out_features + 1), np.float32)
-                weight[-1, -1] = 1.0  # the ones column, carried to the output
+            for k, layer in enumerate(layers):
+                carry = k < len(layers) - 1
+                weight = np.zeros((layer.in_features + 1, layer.out_features + carry), np.float32)
+                if carry:
+                    weight[-1, -1] = 1.0  # the ones column, carried to the output for the next product's bias row
                 params = (layer.weight.detach().numpy(), layer.bias.detach().numpy())
-                self._layers.append(
-                    (weight, params, np.empty((rows, layer.out_features + 1), np.float32), np.zeros((rows, layer.out_features + 1), np.float32))
-                )
+                width_out = layer.out_features + carry
+                self._layers.append((weight, params, np.empty((rows, width_out), np.float32), np.zeros((rows, width_out), np.float32)))
             self._np_parts = ([h.weight.detach().numpy() for h in heads], [h.bias.detach().numpy() for h in heads])
-            # The heads' weights transposed with their biases as the last row, [in + 1, A + 1], contiguous:
-            # through a transposed view of [A + 1, in], BLAS took 11 us for CartPole's 512 x 64 by 64 x 3,
-            # against 5 for this layout (one BLAS thread; the whole step 110 -> 99 us).
-            self._np_head_weight_t = np.empty((agent.policy.in_features + 1, width), np.float32)
+            # The heads' weights transposed, [in, A + 1], contiguous: through a transposed view of [A + 1, in],
+            # BLAS took 11 us for CartPole's 512 x 64 by 64 x 3, against 5 for this layout (one BLAS thread; the
+            # whole step 110 -> 99 us). Their biases, [A + 1, 1], are added as the output is transposed.
+            self._np_head_weight_t = np.empty((agent.policy.in_features, width), np.float32)
+            self._np_head_bias = np.empty((width, 1), np.float32)
             # The heads' product is taken as [rows, A + 1], then copied transposed: with the activations as
             # the left operand BLAS runs at speed, while W @ x.T (A + 1 = 3 output rows) took 21 us on 512
             # rows.
@@ -215,19 +221,20 @@ class Acting:
         if final_obs is not None and cut:
             x[b:, :-1] = final_obs.reshape(cut, -1)
         for weight, (w, bias), buffer, zeros in self._layers:  # MLPTorso: Linear, ReLU, Linear, ReLU, ...
-            weight[:-1, :-1] = w.T
-            weight[-1, :-1] = bias
-            out = np.matmul(x, weight, out=buffer[:n])  # x W^T + b, and the ones column again in the last
+            out_features = w.shape[0]
+            weight[:-1, :out_features] = w.T
+            weight[-1, :out_features] = bias
+            out = np.matmul(x, weight, out=buffer[:n])  # x W^T + b, and (but after the last layer) the ones column again
             x = np.maximum(out, zeros[:n], out=out)
         weights, biases = self._np_parts  # refilled at every call, as the torch path concatenates them
-        np.concatenate([w.T for w in weights], axis=1, out=self._np_head_weight_t[:-1])
-        np.concatenate(biases, out=self._np_head_weight_t[-1])
+        np.concatenate([w.T for w in weights], axis=1, out=self._np_head_weight_t)
+        np.concatenate(biases, out=self._np_head_bias[:, 0])
         views = self._np_views.get((n, b))
         if views is None:
             heads_t = self._np_heads_t[:, :n]
             views = self._np_views[n, b] = (heads_t, (heads_t[:-1, :b].T, heads_t[-1, :b], heads_t[-1, b:] if n > b else None))
         heads = np.matmul(x, self._np_head_weight_t, out=self._np_heads[:n])
-        np.copyto(views[0], heads.T)  # [A + 1, n]: the heads' rows are the actions
+        np.add(heads.T, self._np_head_bias, out=views[0])  # [A + 1, n]: the heads' rows are the actions, biases added
         return views
 
 
