@@ -30,6 +30,21 @@ import time
 
 import numpy as np
 
+# numpy and OpenBLAS read the variables below when they load, so each variant is a process of its own started
+# with them set; imports at the top of this file happen in that process, after they are set.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from actor_loop import _InitialWeights  # benchmarks/ is on the path: this script's own folder
+
+from pronghorn import Config
+from pronghorn.acting import sample_actions_numpy
+from pronghorn.actor import LocalPolicy, _Step, _write_row
+from pronghorn.config import ConfigError
+from pronghorn.defaults import resolve_torso
+from pronghorn.envs import make_batched, probe
+from pronghorn.records import Unroll, unroll_spec, zeros_unroll
+from pronghorn.runtime.tuning import limit_threads
+
 VARIANTS = {
     "as installed": {},
     "numpy AVX2": {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"},
@@ -41,12 +56,6 @@ BETWEEN = ("nothing", "answer", "products", "relus", "sampler", "sweep 400KB", "
 
 def unsupported(env_id: str) -> str | None:
     """Why `env_id` cannot be timed here (its answer is not the MLP's numpy step), or None."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from pronghorn import Config
-    from pronghorn.config import ConfigError
-    from pronghorn.defaults import resolve_torso
-    from pronghorn.envs import probe
-
     try:
         cfg = Config(env=env_id)
         shape = probe(env_id, cfg).obs_shape
@@ -59,17 +68,6 @@ def unsupported(env_id: str) -> str | None:
 
 def child(env_id: str, envs: int, cpu: int, calls: int) -> dict[str, float]:
     """Run in a child process: the medians, µs, of the env step after each of BETWEEN, each part alone, and the loop."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from actor_loop import _InitialWeights
-
-    from pronghorn import Config
-    from pronghorn.acting import sample_actions_numpy
-    from pronghorn.actor import LocalPolicy, _Step, _write_row
-    from pronghorn.envs import make_batched, probe
-    from pronghorn.records import Unroll, unroll_spec, zeros_unroll
-    from pronghorn.runtime.tuning import limit_threads
-
     os.sched_setaffinity(0, {cpu})
     limit_threads(1)  # as an actor process runs
     cfg = Config(env=env_id, num_actors=1, envs_per_actor=envs, batch_size=envs)

@@ -118,11 +118,11 @@ class Acting:
             self._layers = []
             for k, layer in enumerate(layers):
                 carry = k < len(layers) - 1
-                weight = np.zeros((layer.in_features + 1, layer.out_features + carry), np.float32)
+                width_out = layer.out_features + carry
+                weight = np.zeros((layer.in_features + 1, width_out), np.float32)
                 if carry:
                     weight[-1, -1] = 1.0  # the ones column, carried to the output for the next product's bias row
                 params = (layer.weight.detach().numpy(), layer.bias.detach().numpy())
-                width_out = layer.out_features + carry
                 self._layers.append((weight, params, np.empty((rows, width_out), np.float32), np.zeros((rows, width_out), np.float32)))
             self._np_parts = ([h.weight.detach().numpy() for h in heads], [h.bias.detach().numpy() for h in heads])
             # The heads' weights transposed, [in, A + 1], contiguous: through a transposed view of [A + 1, in],
