@@ -6,7 +6,7 @@ step right after each of the following, in one process pinned to one CPU, in rou
   nothing        the step back to back
   answer         the actor's whole answer (`LocalPolicy.answer`)
   products       the MLP's three matrix products alone (the answer's shapes, numpy's BLAS)
-  relus          its two ReLU passes (`np.maximum` over [E, 65])
+  relus          its two ReLU passes (`np.maximum` over [E, 65] and [E, 64])
   sampler        the action sampler over [2, E] logits
   sweep 400KB    an in-place add over 400 KB of float64 (memory the step's own data must come back from)
   python loop    3,000 additions in pure Python
@@ -78,11 +78,13 @@ def child(env_id: str, envs: int, cpu: int, calls: int) -> dict[str, float]:
     out = env.reset()
     zeros = np.zeros(envs, np.int64)
     slot = Unroll._make(t.numpy() for t in zeros_unroll(unroll_spec(20, envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, policy.agent.core_size)))
-    # The answer's parts on arrays of its shapes (the MLP: obs + ones column, two hidden layers of 64 + one, both heads).
-    hidden = policy.agent.torso.net[0].out_features + 1
+    # The answer's parts on arrays of its shapes (acting.py's numpy MLP: obs and a ones column, the first hidden
+    # layer's 64 and a ones column, the last hidden layer's 64 without one, both heads).
+    hidden = policy.agent.torso.net[0].out_features
     x = np.ones((envs, spec.obs_shape[0] + 1), np.float32)
-    w_in, w_hidden, w_heads = (np.ones(s, np.float32) for s in ((x.shape[1], hidden), (hidden, hidden), (hidden, spec.num_actions + 1)))
-    h1, h2, heads, floor = (np.zeros(s, np.float32) for s in ((envs, hidden), (envs, hidden), (envs, spec.num_actions + 1), (envs, hidden)))
+    w_in, w_hidden, w_heads = (np.ones(s, np.float32) for s in ((x.shape[1], hidden + 1), (hidden + 1, hidden), (hidden, spec.num_actions + 1)))
+    h1, h2, heads = (np.zeros(s, np.float32) for s in ((envs, hidden + 1), (envs, hidden), (envs, spec.num_actions + 1)))
+    floor1, floor2 = np.zeros_like(h1), np.zeros_like(h2)  # the ReLUs' zeros, as large as their outputs (as in acting.py)
     logits_t, uniform = np.zeros((spec.num_actions, envs), np.float32), np.full((envs, 1), 0.5, np.float32)
     sweep = np.zeros(400_000 // 8)
 
@@ -100,7 +102,7 @@ def child(env_id: str, envs: int, cpu: int, calls: int) -> dict[str, float]:
         "nothing": lambda: None,
         "answer": lambda: policy.answer(out, zeros),
         "products": products,
-        "relus": lambda: (np.maximum(h1, floor, out=h1), np.maximum(h2, floor, out=h2)),
+        "relus": lambda: (np.maximum(h1, floor1, out=h1), np.maximum(h2, floor2, out=h2)),
         "sampler": lambda: sample_actions_numpy(logits_t.T, uniform),
         "sweep 400KB": lambda: np.add(sweep, 1.0, out=sweep),
         "python loop": python_loop,

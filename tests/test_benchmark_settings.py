@@ -1,7 +1,17 @@
 """benchmarks/throughput.py's named settings are configs pronghorn accepts (a typo would surface only in a long run)."""
 
+import os
+import re
+import subprocess
+import sys
+
 from pronghorn.config import Config
 from tests.helpers import load_benchmark
+
+
+def _script(name: str) -> str:
+    """benchmarks/NAME.py's path, to run as users do."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", f"{name}.py")
 
 
 def test_every_throughput_setting_is_a_valid_config():
@@ -15,12 +25,7 @@ def test_every_throughput_setting_is_a_valid_config():
 
 
 def test_learner_layouts_times_every_variant_and_refuses_a_compiled_setting():
-    import os
-    import re
-    import subprocess
-    import sys
-
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "learner_layouts.py")
+    script = _script("learner_layouts")
     run = subprocess.run(
         [sys.executable, script, "--part", "update", "--only", "cartpole", "--rounds", "1", "--updates", "2"], capture_output=True, text=True, timeout=300
     )
@@ -39,12 +44,7 @@ def test_learner_layouts_times_every_variant_and_refuses_a_compiled_setting():
 
 
 def test_learner_glue_times_the_step_against_an_earlier_learner_and_refuses_an_unknown_revision():
-    import os
-    import re
-    import subprocess
-    import sys
-
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "learner_glue.py")
+    script = _script("learner_glue")
     run = subprocess.run(
         [sys.executable, script, "--only", "cartpole", "--rounds", "1", "--updates", "2", "--before", "HEAD"], capture_output=True, text=True, timeout=300
     )
@@ -59,12 +59,7 @@ def test_learner_glue_times_the_step_against_an_earlier_learner_and_refuses_an_u
 
 
 def test_actor_loop_times_the_loop_against_an_earlier_acting_step_and_refuses_an_unknown_revision():
-    import os
-    import re
-    import subprocess
-    import sys
-
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "actor_loop.py")
+    script = _script("actor_loop")
     run = subprocess.run(
         [sys.executable, script, "--envs", "8", "--calls", "40", "--sweep-mb", "1", "--rounds", "2", "--before", "HEAD"],
         capture_output=True,
@@ -81,12 +76,7 @@ def test_actor_loop_times_the_loop_against_an_earlier_acting_step_and_refuses_an
 
 
 def test_after_products_times_the_step_after_each_part_in_every_variant_and_refuses_image_envs():
-    import os
-    import re
-    import subprocess
-    import sys
-
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "after_products.py")
+    script = _script("after_products")
     run = subprocess.run([sys.executable, script, "--envs", "4", "--rounds", "1", "--calls", "5"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "| | as installed | numpy AVX2 | OpenBLAS AVX2 | both AVX2 |" in run.stdout
