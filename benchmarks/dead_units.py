@@ -9,7 +9,7 @@ lost 75 % of the first convolution within 10 updates). It does not predict learn
 layer ended 61-77 % dead under every setting probed, including ones that learn Pong.
 
     .venv/bin/python benchmarks/dead_units.py --env ALE/Pong-v5 --updates 400 --set learning_rate=6e-4
-    # the image defaults before issue 12 (the figures in the README):
+    # the image defaults before issue 12 (the figures in docs/pong_learning.md):
     .venv/bin/python benchmarks/dead_units.py --set init=torch --set unroll_length=20 --set batch_size=32 \
         --set learning_rate=6e-4 --set rmsprop_eps=0.01
 """

@@ -107,7 +107,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "cartpole-1x16": dict(env="CartPole-v1", num_actors=1),  # the defaults' batch shape, one actor process
     "cartpole-1x32": dict(env="CartPole-v1", num_actors=1, envs_per_actor=32, batch_size=32),
     "cartpole-1x256-b512": dict(env="CartPole-v1", num_actors=1, envs_per_actor=256, batch_size=512),
-    # --compile-learner beside the same settings without it (README: "The learner compiled").
+    # --compile-learner beside the same settings without it (docs/performance.md, "The learner compiled").
     "cartpole-compiled": dict(env="CartPole-v1", compile_learner=True),
     "cartpole-best-compiled": dict(env="CartPole-v1", num_actors=1, envs_per_actor=512, batch_size=512, compile_learner=True),
     # Both: the learner's update cheap enough that the actor's core is as busy as the learner's (docs/throughput_log.md, "CartPole's best, compiled").
@@ -153,7 +153,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # One actor process of 96 envs: two processes on two cores, none time-sliced, the actor's step and the
     # learner's update about a core each. Against 2 actors of 64 envs (the best until 2026-12-05, now
     # minatar-breakout-2x64), 2026-12-05: 0.82-0.90 of the limit in seven rounds (median 0.86) against 0.79-0.84
-    # (README, "MinAtar's best"); it learns a little less per frame than 2x64 (larger, fewer updates).
+    # (docs/performance.md, "MinAtar's best"); it learns a little less per frame than 2x64 (larger, fewer updates).
     "minatar-breakout-best": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=96, batch_size=96),
     # The best from 2026-12-03 to 12-05: the fastest of E=32/B=64, E=64/B=64, A=1 E=64/B=64 and E=64/B=128 in one run
     # (2026-12-03): 34,733, 38,374, 37,952, 34,551 fps.
@@ -163,14 +163,14 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "minatar-breakout-e32-b64": dict(env="MinAtar/Breakout-v0", envs_per_actor=32, batch_size=64),
     "minatar-breakout-e64-b128": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=128),
     "minatar-breakout-1x64": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=64, batch_size=64),
-    # As close to the limit as 1x96 (0.87 / 0.87 / 0.87 / 0.81), and less learned at 5M frames (README, "MinAtar's best").
+    # As close to the limit as 1x96 (0.87 / 0.87 / 0.87 / 0.81), and less learned at 5M frames (docs/performance.md, "MinAtar's best").
     "minatar-breakout-1x128": dict(env="MinAtar/Breakout-v0", num_actors=1, envs_per_actor=128, batch_size=128),
     # The 2x64 setting with the learner in bfloat16 (named when 2x64 was the best). The fastest MinAtar setting: three
     # processes on two cores, the update cheap enough (8.7-10.8 core-µs per frame) that both cores stay busy.
     # 2026-12-06, five rounds: 0.83 / 0.87 / 0.83 / 0.81 / 0.84 of the limit at 73-76K frames/s, against the best's
-    # 0.80 / 0.85 / 0.83 / 0.85 / 0.77 at 55-61K (README, "MinAtar's best in bfloat16").
+    # 0.80 / 0.85 / 0.83 / 0.85 / 0.77 at 55-61K (docs/performance.md, "MinAtar's best in bfloat16").
     "minatar-breakout-best-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16"),
-    # The same with each actor pinned to a core (README "Actors pinned to cores": closer to the limit than unpinned in
+    # The same with each actor pinned to a core (docs/performance.md, "Actors pinned to cores": closer to the limit than unpinned in
     # six alternated rounds of six, where MinAtar's defaults pinned were further in three of three). Not the
     # default for MinAtar: `auto` leaves envs that step on the actor's own thread unpinned.
     "minatar-breakout-best-bf16-pinned": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16", pin_actors="on"),
@@ -178,7 +178,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # docs/throughput_log.md, "The small CNN compiled"): two rounds 0.59 / 0.81 against 0.33 / 0.82 eager, at 43,344 /
     # 70,604 against 27,179 / 69,208 frames/s.
     "minatar-breakout-best-bf16-compiled": dict(env="MinAtar/Breakout-v0", envs_per_actor=64, batch_size=64, learner_precision="bf16", compile_learner=True),
-    # Around it in bfloat16 (2026-12-06, README "MinAtar's best in bfloat16"): none closer or faster in the same runs.
+    # Around it in bfloat16 (2026-12-06, docs/performance.md, "MinAtar's best in bfloat16"): none closer or faster in the same runs.
     "minatar-breakout-2x48-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=48, batch_size=48, learner_precision="bf16"),
     "minatar-breakout-2x96-bf16": dict(env="MinAtar/Breakout-v0", envs_per_actor=96, batch_size=96, learner_precision="bf16"),
     "minatar-breakout-3x32-bf16": dict(env="MinAtar/Breakout-v0", num_actors=3, envs_per_actor=32, batch_size=32, learner_precision="bf16"),

@@ -48,7 +48,7 @@ def _by_torso(cfg: Config, torso: str) -> dict[str, Any]:
         return dict(envs_per_actor=16, batch_size=_MLP_BATCH, unroll_length=_MLP_UNROLL, learning_rate=3e-3, rmsprop_eps=0.01)
     if torso == "small":
         # IMPALA's batch of 32 unrolls, all from one actor's 32 envs: MinAtar Breakout trains ~1.4x faster than
-        # with 4 unrolls of 8 envs and learned as well (README, "Cheap environments").
+        # with 4 unrolls of 8 envs and learned as well (docs/performance.md, "Cheap environments").
         return dict(envs_per_actor=32, batch_size=32, unroll_length=20, learning_rate=6e-4, rmsprop_eps=0.01, lr_decay_frames=0)
     # Pong, Nature CNN, standardised observations, at 2.41M frames: +17.20 with 8 x 20 where 16 x 5 had
     # -1.14 (seed 2; README, "Defaults by observation kind"). 16 with replay: half replayed, half fresh.

@@ -57,7 +57,7 @@ def learner_thread_count(cfg: Config, on_cpu: bool, cores: int) -> int:
     The deep ResNet's convolutions are large enough that a second thread pays even on a core an actor runs on:
     Pong, 2 cores, 2 actors (2026-12-06, alternated pairs, with `quiet_openmp`): 1.15-1.26x the frames/s of one
     thread. The smaller networks' products are not: in pairs the same day the shallow CNN ran 0.91x and the Nature
-    CNN 0.87-0.92x, and CartPole's and MinAtar's best were slower too (README, "The learner's threads";
+    CNN 0.87-0.92x, and CartPole's and MinAtar's best were slower too (docs/performance.md, "The learner's threads";
     docs/throughput_log.md)."""
     if cfg.deterministic:
         return 1
@@ -113,7 +113,7 @@ def actor_core(cfg: Config, index: int, levels: Sequence[str]) -> int | None:
     `auto` pins where the actor's environments step on a worker thread of their own (ale-py's vector env for
     Atari, envpool): unpinned, the scheduler wakes that thread on the other core at every step and the actor's
     thread waits for it there, each step's data crossing cores. Pinned, the two take turns on one core. Pong on
-    2 cores (2026-12-06, README "Actors pinned to cores"): the defaults 1.12-1.15x the frames/s, two actors of 16
+    2 cores (2026-12-06, docs/performance.md, "Actors pinned to cores"): the defaults 1.12-1.15x the frames/s, two actors of 16
     on envpool 1.05-1.12x; Acrobot on envpool 1.00-1.05x; CartPole's defaults, whose vector env steps in the
     actor's own thread, 0.90-0.95x; MinAtar in bfloat16 1.02-1.03x."""
     if cfg.pin_actors == "off" or not hasattr(os, "sched_getaffinity"):
