@@ -55,6 +55,29 @@ def test_a_private_ray_instance_trains_on_loopback_and_leaves_nothing_behind(tmp
     assert_no_leaks()
 
 
+def test_sigterm_on_ray_checkpoints_and_exits_as_ctrl_c_does(tmp_path):
+    # ray.init installs its own SIGTERM handler (sys.exit(15)); the run must keep pronghorn's: a checkpoint,
+    # the actors stopped, the summary printed, exit 130, as on the local runtime.
+    before, logdir = _ray_daemons(), tmp_path / "terminated"
+    args = ["train", "--runtime", "ray", "--no-progress", "--log-interval", "1", "--logdir", str(logdir), "--total-frames", "100M", "--stop-at-return", "1e9"]
+    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV)
+    try:
+        wait_for_file(logdir / "metrics.csv", proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted after" in out, err[-2000:]
+    assert "SIGTERM received" not in err  # Ray's C++ handler, which ran before its Python one, is not called either
+    assert os.path.exists(logdir / "checkpoints" / "latest")
+    deadline = time.monotonic() + 15
+    while _ray_daemons() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_daemons() - before, "Ray processes left running"
+    assert_no_leaks()
+
+
 def _logged_at(err: str, text: str) -> float:
     """Wall time of the first log line containing `text` (lines start with logging's asctime)."""
     line = next(line for line in err.splitlines() if text in line)

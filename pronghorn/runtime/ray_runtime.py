@@ -22,6 +22,7 @@ import logging
 import os
 import queue
 import re
+import signal
 import threading
 import time
 from typing import Any
@@ -194,10 +195,15 @@ class RayRuntime:
         self.cfg, self._spec, self._core_size = cfg, spec, core_size
         self._own_ray = not ray.is_initialized()
         if self._own_ray:
+            # ray.init replaces the process's SIGTERM handler with sys.exit(15): the CLI's (stop as on Ctrl-C:
+            # checkpoint, stop the actors, exit 130) is put back, or a SIGTERM'd run would end without its summary.
+            on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
             if cfg.ray_address:
                 ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False)
             else:  # a private instance on loopback, no dashboard, gone when training ends
                 ray.init(num_cpus=cfg.num_actors, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+            if on_sigterm is not None:
+                signal.signal(signal.SIGTERM, on_sigterm)
         layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
         self.unroll_bytes = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout)
         self.weight_bytes = 4 * num_params
