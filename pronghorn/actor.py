@@ -225,6 +225,10 @@ def run_actor(
             if cfg.deterministic:
                 assert isinstance(policy, LocalPolicy), "--deterministic needs --inference actor (Config refuses central)"
                 policy.load_version(max(0, lockstep_update(cfg, unroll) - 1))
+            else:
+                # The newest weights as the unroll starts, after any wait for its slot: on Ray the request that
+                # hands the slot in brings them, and a refresh before it arrived would take the older ones.
+                policy.refresh()
             unroll += 1
             buf = views[slot]
             buf.core_state[:] = step.answer.core_before
@@ -246,7 +250,5 @@ def run_actor(
             counters[1] += 1
             counters[2] += T * E
             full.put(slot)  # the slot now belongs to the learner until staging hands it back
-            if not cfg.deterministic:
-                policy.refresh()
     finally:
         env.close()

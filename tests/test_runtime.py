@@ -93,7 +93,7 @@ def test_weights_are_published_from_a_flat_learner_and_loaded_in_place():
     """The learner's parameters are views of one tensor (flat.py); every WeightSource copies into the
     actors' parameters in place, so views of them that the acting step keeps stay valid."""
     from pronghorn.flat import flatten_parameters
-    from pronghorn.runtime.ray_runtime import _LocalWeights
+    from pronghorn.runtime.ray_actor import _LocalWeights
 
     learner_agent, actor_agent = Agent((4,), 2), Agent((4,), 2)
     flat = flatten_parameters(learner_agent)
@@ -113,6 +113,33 @@ def test_weights_are_published_from_a_flat_learner_and_loaded_in_place():
         assert torch.equal(p, q) and torch.equal(2 * p, r)
     assert [p.data_ptr() for p in actor_agent.parameters()] == pointers
     assert [p.data_ptr() for p in ray_agent.parameters()] == ray_pointers
+
+
+def test_a_ray_actor_keeps_the_newest_weights_and_long_unrolls_get_their_second_request_late():
+    """The K requests in flight reach a Ray actor on several threads, in any order: an older version arriving
+    after a newer one is ignored, and what loads is one version's number with that version's values. The pump
+    sends an actor's second request (queued behind the unroll it is making) a quarter of an unroll, or the slack,
+    before the actor will need it where unrolls take LATE_REQUEST_MIN_PERIOD or longer, so that its weights are
+    newer; at once where they are shorter, or not yet timed."""
+    from pronghorn.runtime.ray_actor import _LocalWeights
+    from pronghorn.runtime.ray_runtime import LATE_REQUEST_MIN_PERIOD, LATE_REQUEST_SLACK, second_request_due
+
+    agent = Agent((4,), 2)
+    size = sum(p.numel() for p in agent.parameters())
+    weights = _LocalWeights()
+    weights.offer(np.full(size, 3.0, np.float32), 3)
+    weights.offer(np.full(size, 2.0, np.float32), 2)  # late: a request sent before the one that brought version 3
+    assert weights.version == 3 and weights.load_into(agent, timeout=1.0) == 3
+    assert all(bool((p == 3.0).all()) for p in agent.parameters())
+
+    long = 40 * LATE_REQUEST_SLACK
+    assert not second_request_due(now=10.0, period=long, arrived=10.0 - 0.7 * long)  # more than a quarter of it still to go
+    assert second_request_due(now=10.0, period=long, arrived=10.0 - 0.8 * long)
+    near = LATE_REQUEST_MIN_PERIOD  # a quarter of it is less than the slack: sent the slack before the end
+    assert not second_request_due(now=10.0, period=near, arrived=10.0 - (near - LATE_REQUEST_SLACK) + 1e-3)
+    assert second_request_due(now=10.0, period=near, arrived=10.0 - (near - LATE_REQUEST_SLACK) - 1e-3)
+    assert second_request_due(now=10.0, period=LATE_REQUEST_MIN_PERIOD / 2, arrived=10.0)  # short unrolls: at once
+    assert second_request_due(now=10.0, period=0.0, arrived=0.0)  # no unroll timed yet
 
 
 def test_weights_published_from_the_learner_s_flat_tensor_reach_an_actor_s_flat_holder():

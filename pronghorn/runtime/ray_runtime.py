@@ -1,12 +1,13 @@
 """Actors on Ray (`--runtime ray`): the same `run_actor` loop and the same learner, actors on any node.
 
 Pull, not push. Each pronghorn actor is one Ray actor (1 CPU, spread over the nodes) running the unchanged
-`run_actor` in a thread over K local slots. The learner's pump thread keeps at most K requests in flight
-per actor and makes one only when a learner-side slot is free to receive its unroll: that is the
-backpressure, and it bounds what waits in Ray's object store to about N*K unrolls. Each request carries
-a reference to the newest weights (one `ray.put` per publish, shared by every request), so policy lag
-is measured as in the local runtime. A result is copied into the learner-side slot reserved for it and
-its reference dropped at once; staging reads those slots exactly as it reads shared memory locally.
+`run_actor` in a thread over K local slots (`ray_actor.ActorHost`). The learner's pump thread keeps at most
+K requests in flight per actor and makes one only when a learner-side slot is free to receive its unroll:
+that is the backpressure, and it bounds what waits in Ray's object store to about N*K unrolls. Each request
+carries the newest weights (by value when small, else a reference put once per version and shared); an
+actor's second request goes half an unroll late where unrolls are long (`second_request_due`), so that the
+weights it brings are about as new as a local actor's. Policy lag is measured as in the local runtime. A result is copied into the learner-side slot reserved for it and its
+reference dropped at once; staging reads those slots exactly as it reads shared memory locally.
 
 Faults: a request whose actor died (killed, node lost) raises a Ray actor error; its slot is freed, the
 death is counted once (`actor_restarts`), and Ray restarts the actor (max_restarts=-1), elsewhere if
@@ -33,104 +34,33 @@ import torch
 from pronghorn.actor import actor_label
 from pronghorn.config import Config, ConfigError, resolved
 from pronghorn.envs import EnvSpec
-from pronghorn.flat import load_flat
 from pronghorn.records import Unroll, packed_unroll, unroll_spec
 from pronghorn.runtime.local import _CRASH_WINDOW, WorkerError
-from pronghorn.runtime.tuning import limit_threads
+from pronghorn.runtime.ray_actor import IN_FLIGHT, ActorHost
 
 # Ray otherwise rewrites 127.0.0.1 to the machine's interface address (see MACHINE-FACTS); set before ray is imported.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 log = logging.getLogger("pronghorn")
 
-IN_FLIGHT = 2  # K: requests in flight per actor (one being filled, one queued behind it)
+# Actors whose unrolls take at least this long get their second request late (second_request_due), this long or a
+# quarter of an unroll (whichever is longer) before they will need it: time enough for it and its weights to arrive.
+LATE_REQUEST_MIN_PERIOD = 0.02
+LATE_REQUEST_SLACK = 0.01
 
 
-class _LocalWeights:
-    """The WeightSource inside a Ray actor: the newest weights a request brought."""
+def second_request_due(now: float, period: float, arrived: float) -> bool:
+    """Whether to send an actor its second request in flight, the one queued behind the unroll it is making, now.
 
-    def __init__(self) -> None:
-        self._flat: np.ndarray | None = None
-        self._version = -1
-        self._ready = threading.Event()
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    def offer(self, flat: np.ndarray, version: int) -> None:
-        if version > self._version:
-            # A copy: Ray hands large arrays over as views of the object store, and a view kept here would
-            # keep that version stored until the next one arrives.
-            self._flat, self._version = np.array(flat), version
-            self._ready.set()
-
-    def load_into(self, model: torch.nn.Module, timeout: float) -> int:
-        if not self._ready.wait(timeout):
-            raise TimeoutError(f"waited {timeout:.0f} s for the learner's first weights")
-        version, flat = self._version, self._flat
-        assert flat is not None
-        load_flat(list(model.parameters()), torch.from_numpy(flat))  # in place, as WeightSource promises
-        return version
-
-    def load_version(self, model: torch.nn.Module, version: int, timeout: float) -> int:
-        raise RuntimeError("--deterministic is not supported with --runtime ray")
-
-
-class ActorHost:
-    """The body of one Ray actor: a `run_actor` thread over K local slots, fed by `unroll` calls."""
-
-    def __init__(self, index: int, cfg: Config, spec: EnvSpec, core_size: int):
-        limit_threads(1)
-        self.index, self.cfg, self.spec = index, cfg, spec
-        layout = unroll_spec(resolved(cfg.unroll_length, "unroll_length"), cfg.envs, spec.obs_shape, spec.obs_dtype, spec.num_actions, core_size)
-        self._flat, self.slots = zip(*(packed_unroll(layout) for _ in range(IN_FLIGHT)))  # a slot is one block: one copy out
-        self._idle: queue.Queue[int] = queue.Queue()
-        for i in range(IN_FLIGHT):
-            self._idle.put(i)
-        self._free: queue.Queue[int] = queue.Queue()  # run_actor's slot source: the local slots requests hand in
-        self._full: queue.Queue[int] = queue.Queue()
-        self.weights = _LocalWeights()
-        self.counters = np.zeros(3, np.int64)  # env_failures, unrolls, steps
-        self._error: str | None = None
-        self._thread: threading.Thread | None = None
-
-    def where(self) -> dict[str, Any]:
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
-
-    def _loop(self) -> None:
-        from pronghorn.actor import run_actor
-        from pronghorn.runtime.tuning import lower_priority
-
-        lower_priority(resolved(self.cfg.actor_nice, "actor_nice"))  # this thread only: Ray's own threads keep their priority
-        try:
-            # It runs until Ray ends the actor's process (ray.kill at close, or the actor's death).
-            run_actor(self.index, self.cfg, self.spec, list(self.slots), self._free, self._full, self.weights, self.counters, lambda: False)
-        except BaseException as exc:  # handed to the next request, which fails with it
-            self._error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-
-    def unroll(self, version: int, flat: np.ndarray) -> tuple[np.ndarray, int]:
-        """One unroll made with weights no older than `version`; returns the slot's bytes and the env failures so far."""
-        self.weights.offer(flat, version)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="pronghorn-actor-loop", daemon=True)
-            self._thread.start()
-        self._free.put(self._idle.get())
-        deadline = time.monotonic() + self.cfg.timeout
-        while True:
-            if self._error is not None:
-                raise RuntimeError(self._error)
-            try:
-                slot = self._full.get(timeout=0.5)
-                break
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"actor {self.index} made no unroll in {self.cfg.timeout:.0f} s") from None
-        data = self._flat[slot].numpy().copy()  # the slot is reused next
-        self._idle.put(slot)
-        return data, int(self.counters[0])
+    A request carries the weights of when it is sent, and the actor makes its unroll with them (it takes the
+    newest weights after the slot arrives). Sent as the actor starts an unroll (when its last one `arrived`),
+    it would have the next unroll made with weights a whole unroll old, where a local actor loads the newest
+    as it starts each unroll: Pong's defaults read a policy lag 1.76 above the local runtime's so, and 0.11-0.22
+    above it sent late (benchmarks/throughput.py --runtime ray, 2026-12-08). For unrolls of
+    LATE_REQUEST_MIN_PERIOD or longer (`period`, the mean) it is sent a quarter of an unroll, or
+    LATE_REQUEST_SLACK, before the actor will need it.
+    """
+    return period < LATE_REQUEST_MIN_PERIOD or now - arrived >= period - max(period / 4, LATE_REQUEST_SLACK)
 
 
 # Weights up to this size travel inside each request (Ray inlines task arguments under 100 KiB): nothing in
@@ -233,6 +163,8 @@ class RayRuntime:
         self._counted = [0] * cfg.num_actors  # deaths counted per actor (checked against Ray's restart count)
         self._retry_at = [0.0] * cfg.num_actors  # while down: when to ask it again (Ray fails calls at once during a restart)
         self._failures = [0] * cfg.num_actors
+        self._arrived = [0.0] * cfg.num_actors  # per actor: when its last unroll arrived, and the mean time between them
+        self._period = [0.0] * cfg.num_actors
         self._in_flight: dict[Any, tuple[int, int]] = {}  # request ref -> (actor, learner slot)
         self.max_in_flight = 0
         self._fatal: BaseException | None = None
@@ -273,7 +205,8 @@ class RayRuntime:
                 if not self._in_flight:
                     time.sleep(0.01)
                     continue
-                ready, rest = ray.wait(list(self._in_flight), num_returns=1, timeout=0.1)
+                late = [p for p in self._period if p >= LATE_REQUEST_MIN_PERIOD]  # wake often enough to send them on time
+                ready, rest = ray.wait(list(self._in_flight), num_returns=1, timeout=min([0.1] + [p / 8 for p in late]))
                 if ready and rest:  # take every other result already here in the same pass: fewer wake-ups
                     more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
                     ready += more
@@ -290,6 +223,11 @@ class RayRuntime:
                     del ref  # drop the reference now: the object store frees the unroll
                     self._flat[slot].numpy()[...] = data  # one copy: Ray's arrays are read-only views of the object store
                     self._failures[actor] = failures
+                    now = time.monotonic()
+                    if self._arrived[actor]:
+                        gap, mean = now - self._arrived[actor], self._period[actor]
+                        self._period[actor] = gap if not mean else 0.8 * mean + 0.2 * gap
+                    self._arrived[actor] = now
                     if self._down[actor]:
                         self._down[actor] = False
                         log.info("actor %d (%s) delivers again", actor, actor_label(self.cfg, actor))
@@ -323,7 +261,7 @@ class RayRuntime:
         for i, actor in enumerate(self.actors):
             if self._down[i] and now < self._retry_at[i]:
                 continue
-            while per_actor[i] < IN_FLIGHT:
+            while per_actor[i] < IN_FLIGHT and (per_actor[i] == 0 or second_request_due(now, self._period[i], self._arrived[i])):
                 try:
                     slot = self.router.free.get_nowait()
                 except queue.Empty:
