@@ -4,9 +4,10 @@ Pull, not push. Each pronghorn actor is one Ray actor (1 CPU, spread over the no
 `run_actor` in a thread over K local slots (`ray_actor.ActorHost`). The learner's pump thread keeps at most
 K requests in flight per actor and makes one only when a learner-side slot is free to receive its unroll:
 that is the backpressure, and it bounds what waits in Ray's object store to about N*K unrolls. Each request
-carries the newest weights (by value when small, else a reference put once per version and shared); an
-actor's second request goes half an unroll late where unrolls are long (`second_request_due`), so that the
-weights it brings are about as new as a local actor's. Policy lag is measured as in the local runtime. A result is copied into the learner-side slot reserved for it and its
+carries the newest weights (by value when small, else a reference put once per version and shared); where
+unrolls are long an actor's second request goes out a quarter of an unroll before the actor needs it
+(`second_request_due`), so that the weights it brings are about as new as a local actor's. Policy lag is
+measured as in the local runtime. A result is copied into the learner-side slot reserved for it and its
 reference dropped at once; staging reads those slots exactly as it reads shared memory locally.
 
 Faults: a request whose actor died (killed, node lost) raises a Ray actor error; its slot is freed, the
@@ -55,7 +56,7 @@ def second_request_due(now: float, period: float, arrived: float) -> bool:
     A request carries the weights of when it is sent, and the actor makes its unroll with them (it takes the
     newest weights after the slot arrives). Sent as the actor starts an unroll (when its last one `arrived`),
     it would have the next unroll made with weights a whole unroll old, where a local actor loads the newest
-    as it starts each unroll: Pong's defaults read a policy lag 1.76 above the local runtime's so, and 0.11-0.22
+    as it starts each unroll: Pong's defaults read a policy lag 1.76 above the local runtime's so, and 0.11-0.18
     above it sent late (benchmarks/throughput.py --runtime ray, 2026-12-08). For unrolls of
     LATE_REQUEST_MIN_PERIOD or longer (`period`, the mean) it is sent a quarter of an unroll, or
     LATE_REQUEST_SLACK, before the actor will need it.
