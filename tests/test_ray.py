@@ -31,6 +31,14 @@ def _ray_daemons() -> set[int]:
     return found
 
 
+def _assert_no_ray_daemons_beyond(before: set[int]) -> None:
+    """A private instance's daemons are gone within 15 s of its run's end: none but those running `before` it."""
+    deadline = time.monotonic() + 15
+    while _ray_daemons() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_daemons() - before, "Ray processes left running"
+
+
 def _train(args, timeout=300):
     proc = subprocess.run(
         CLI + ["train", "--runtime", "ray", "--no-progress", "--log-interval", "1", *args], capture_output=True, text=True, env=RAY_ENV, timeout=timeout
@@ -47,10 +55,7 @@ def test_a_private_ray_instance_trains_on_loopback_and_leaves_nothing_behind(tmp
     rows = read_csv(tmp_path / "private" / "metrics.csv")
     assert int(rows[-1]["frames"]) >= 60_000 and float(rows[-1]["actors_alive"]) == 2
     assert max(float(r["unrolls_in_flight_max"]) for r in rows) <= 2 * 2  # N actors x K requests
-    deadline = time.monotonic() + 15
-    while _ray_daemons() - before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _ray_daemons() - before, "Ray processes left running"
+    _assert_no_ray_daemons_beyond(before)
     assert not os.path.exists("/tmp/ray/ray_current_cluster") or os.path.getmtime("/tmp/ray/ray_current_cluster") < time.time() - 3600
     assert_no_leaks()
 
@@ -71,10 +76,7 @@ def test_sigterm_on_ray_checkpoints_and_exits_as_ctrl_c_does(tmp_path):
     assert proc.returncode == 130 and "interrupted after" in out, err[-2000:]
     assert "SIGTERM received" not in err  # Ray's C++ handler, which ran before its Python one, is not called either
     assert os.path.exists(logdir / "checkpoints" / "latest")
-    deadline = time.monotonic() + 15
-    while _ray_daemons() - before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _ray_daemons() - before, "Ray processes left running"
+    _assert_no_ray_daemons_beyond(before)
     assert_no_leaks()
 
 
